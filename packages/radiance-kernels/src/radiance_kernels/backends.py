@@ -1,0 +1,60 @@
+"""Explicit kernel backends.
+
+Every op is called with ``backend="reference"`` (plain torch, any device: the numerical spec) or
+``backend="triton"`` (Triton kernels: a CUDA/ROCm GPU, or the CPU interpreter when
+``TRITON_INTERPRET=1``). Asking for a backend that cannot run raises :class:`BackendUnavailableError`;
+nothing ever switches backend silently.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+BACKENDS = ("reference", "triton")
+
+
+class BackendUnavailableError(RuntimeError):
+    """The requested backend cannot run the op on the given tensors."""
+
+
+def triton_interpreted() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+def triton_unavailable_reason(device: torch.device) -> str | None:
+    """Why Triton cannot run on ``device``; None when it can."""
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - triton is a declared dependency on linux
+        return f"triton is not importable ({exc})"
+    if triton_interpreted():
+        if device.type != "cpu":
+            return f"TRITON_INTERPRET=1 runs kernels on CPU tensors, got a {device.type} tensor"
+        return None
+    if device.type != "cuda":
+        return (
+            f"triton needs a CUDA/ROCm GPU tensor (got {device.type}); "
+            "set TRITON_INTERPRET=1 to run the Triton kernels on CPU"
+        )
+    if not torch.cuda.is_available():
+        return "torch.cuda is not available"
+    return None
+
+
+def check_backend(backend: str, device: torch.device, op: str) -> None:
+    """Raise unless ``backend`` can run ``op`` on ``device``."""
+    if backend not in BACKENDS:
+        raise BackendUnavailableError(f"{op}: unknown backend {backend!r}; expected one of {BACKENDS}")
+    if backend == "triton":
+        reason = triton_unavailable_reason(device)
+        if reason is not None:
+            raise BackendUnavailableError(f"{op}: backend 'triton' unavailable: {reason}")
+
+
+def available_backends(device: torch.device | str = "cpu") -> tuple[str, ...]:
+    """The backends that can run on ``device`` in this process."""
+    device = torch.device(device)
+    return tuple(b for b in BACKENDS if b == "reference" or triton_unavailable_reason(device) is None)

@@ -1,0 +1,1 @@
+"""Triton device helpers shared by the kernels (imported only by ``ops/*/triton.py``)."""
