@@ -30,13 +30,13 @@ def encode(x: torch.Tensor) -> torch.Tensor:
     up = (rem > 0x80000) | ((rem == 0x80000) & ((r & 1) == 1))
     normal = ((eb - 120) << 3) + r + up.to(torch.int32)
     # subnormal e4m3 range: value = M * 2^(eb-150) with M the 24-bit significand; units of 2^-9
-    big = (mant | 0x800000).to(torch.int64)
-    s = (141 - eb).clamp(min=1, max=40).to(torch.int64)
+    big = mant | 0x800000
+    s = (141 - eb).clamp(min=1, max=25)
     q = big >> s
     srem = big & ((1 << s) - 1)
     half = 1 << (s - 1)
     sup = (srem > half) | ((srem == half) & ((q & 1) == 1))
-    sub = (q + sup.to(torch.int64)).to(torch.int32)
+    sub = q + sup.to(torch.int32)
     sub = torch.where(eb >= 100, sub, torch.zeros_like(sub))
     code = torch.where(eb >= 121, normal, sub)
     code = torch.where(a >= 0x43E00000, torch.full_like(code, CODE_MAX), code)  # |x| >= 448, inf
