@@ -1,0 +1,61 @@
+"""Split-K bf16 GEMM for tiny N (the GDN gate projections ``in_proj_ba``: N = 48/96, K = 5120, M ≤ 64).
+
+``y[m, n] = Σ_k x[m, k] · w[n, k]``. Grid ``(n_tiles, S)`` with ``S = ceil(K / KSLICE)``: program
+``(t, s)`` stages its x slice ``x[:, s·KSLICE : (s+1)·KSLICE]`` once, multiplies it by the matching
+``[BN, KSLICE]`` weight tile (bf16 products, exact in fp32; fp32 accumulate) and writes an fp32
+partial ``P[s, :, tile]``. It then bumps the tile's arrival counter; the last program to arrive sums
+``P[0..S-1]`` in slice order and stores bf16. The sum order is fixed, so the result does not depend on
+arrival order (deterministic run to run).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from radiance_kernels.backends import triton_interpreted
+from radiance_kernels.tl.bf16 import to_bf16
+
+BN = 16
+KSLICE = 256
+
+
+@triton.jit
+def _skinny_kernel(x_ptr, w_ptr, part_ptr, count_ptr, y_ptr, M, N, K, S,
+                   BM: tl.constexpr, BN: tl.constexpr, KSLICE: tl.constexpr, INTERP: tl.constexpr):
+    tile = tl.program_id(0)
+    s = tl.program_id(1)
+    rm = tl.arange(0, BM)
+    rn = tile * BN + tl.arange(0, BN)
+    rk = s * KSLICE + tl.arange(0, KSLICE)
+    kmask = rk < K
+    x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & kmask[None, :], other=0.0)
+    w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=(rn[:, None] < N) & kmask[None, :], other=0.0)
+    if INTERP:  # the interpreter's bf16 dot is wrong; bf16 products are exact in fp32 anyway
+        acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision="ieee")
+    else:
+        acc = tl.dot(x, tl.trans(w), out_dtype=tl.float32)
+    omask = (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(part_ptr + s * M * N + rm[:, None] * N + rn[None, :], acc, mask=omask)
+    tl.debug_barrier()  # every thread's partial is written before the release below
+    arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    if arrived == S - 1:
+        total = tl.zeros([BM, BN], dtype=tl.float32)
+        for i in range(S):
+            total += tl.load(part_ptr + i * M * N + rm[:, None] * N + rn[None, :], mask=omask, other=0.0)
+        tl.store(y_ptr + rm[:, None] * N + rn[None, :], to_bf16(total, INTERP), mask=omask)
+
+
+def skinny_gemm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    M, K = x.shape
+    N = w.shape[0]
+    x = x.contiguous()
+    w = w.contiguous()
+    S = triton.cdiv(K, KSLICE)
+    tiles = triton.cdiv(N, BN)
+    part = torch.empty((S, M, N), dtype=torch.float32, device=x.device)
+    count = torch.zeros((tiles,), dtype=torch.int32, device=x.device)
+    y = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
+    bm = max(16, triton.next_power_of_2(M))
+    _skinny_kernel[(tiles, S)](x, w, part, count, y, M, N, K, S,
+                               BM=bm, BN=BN, KSLICE=KSLICE, INTERP=triton_interpreted())
+    return y

@@ -1,0 +1,44 @@
+import pytest
+import torch
+from conftest import FULL_SHAPES
+
+import radiance_kernels.ops  # noqa: F401  (registers the ops)
+
+SHAPES = [(m, n, k) for n in (48, 96) for m in (1, 8, 16, 64) for k in (5120,)] if FULL_SHAPES else [
+    (1, 48, 1024), (5, 48, 768), (16, 96, 512), (3, 40, 300)]
+
+
+def _inputs(m, n, k, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) * k**-0.5).to(torch.bfloat16)
+    return x.to(device), w.to(device)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_triton_at_bf16_floor(m, n, k, device):
+    x, w = _inputs(m, n, k, device)
+    exact = x.double() @ w.double().t()
+    y = torch.ops.radiance.skinny_gemm(x, w, "triton")
+    assert y.dtype == torch.bfloat16 and y.shape == (m, n)
+    # one bf16 rounding of an fp32 sum: within half a bf16 ulp (≤ 2^-8 relative) plus fp32 reassociation
+    err = (y.double() - exact).abs()
+    assert (err <= exact.abs() * 2.0**-8 * 1.01 + 1e-5 * exact.abs().max()).all(), err.max().item()
+    ref = torch.ops.radiance.skinny_gemm(x, w, "reference")
+    assert (y != ref).float().mean().item() < 0.02
+
+
+def test_deterministic(device):
+    x, w = _inputs(8, 48, 1280, device, seed=1)
+    ys = [torch.ops.radiance.skinny_gemm(x, w, "triton") for _ in range(3)]
+    assert all(torch.equal(ys[0], y) for y in ys[1:])
+
+
+def test_bad_inputs():
+    x, w = _inputs(4, 48, 256, "cpu")
+    with pytest.raises(TypeError, match="bfloat16"):
+        torch.ops.radiance.skinny_gemm(x.float(), w, "reference")
+    with pytest.raises(ValueError, match=r"w \[N, K\]"):
+        torch.ops.radiance.skinny_gemm(x, w[:, :128], "reference")
+    with pytest.raises(ValueError, match="at most 64"):
+        torch.ops.radiance.skinny_gemm(torch.zeros(65, 256, dtype=torch.bfloat16), w, "reference")
