@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -57,7 +58,9 @@ def timed_rows(name: str, fn: Callable[[], list[Row]]) -> list[Row]:
     try:
         rows = list(fn())
     except Exception as exc:  # noqa: BLE001 - a gate that crashes is a FAIL, reported, not hidden
-        rows = [Row(name, f"error: {type(exc).__name__}: {exc}"[:200], "runs", False)]
+        traceback.print_exc()
+        last = (str(exc).strip().splitlines() or [""])[-1]
+        rows = [Row(name, f"error: {type(exc).__name__}: {last}"[:160], "runs", False)]
     dt = (time.perf_counter() - t0) / max(len(rows), 1)
     for r in rows:
         r.seconds = r.seconds or dt
