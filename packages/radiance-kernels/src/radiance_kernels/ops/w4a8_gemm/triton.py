@@ -1,0 +1,177 @@
+"""W4A8 / W5A8 group GEMM kernel (layout and math: :mod:`.reference`).
+
+One kernel, parametrised by constexprs: weight bits (4/5), activation element (e4m3 codes → fp8 x fp8
+``tl.dot``; int8 → int8 x int8 ``tl.dot`` with int32 accumulation), activation-scale granularity
+(token / group) and the zero-point form:
+- in-loop (row-sum correction): per group ``acc += as * (s * t - (s*d) * RS)``, ``t = a · c``;
+- ZPE (epilogue): per group ``acc += as * s * t``; after the loop ``acc -= (as*RS) @ (s*d)`` as a
+  rank-G fp32 product over the program's groups.
+Each N-block takes its activation partition from the bounds (``n0 >= b1``, ``n0 >= b2``).
+
+Bands (dispatch by M in :func:`gemm`): decode (M <= DECODE_MAX_M) splits the groups over a third grid
+axis into an fp32 workspace ``[S, M, N]`` summed in a second stage; prefill tiles 128x128 over M, N with
+grouped launch order, one K step per 128-group (the scale group). The signed weight code ``c = q - 2^(b-1)``
+is converted to e4m3 exactly (the hardware convert on GPUs, the integer encoder under the interpreter).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from radiance_kernels.backends import triton_interpreted
+from radiance_kernels.ops.w4a8_gemm.reference import GROUP, W4Prepared, check_inputs, check_out
+from radiance_kernels.tl.bf16 import to_bf16
+from radiance_kernels.tl.e4m3 import e4m3_encode
+
+DECODE_MAX_M = 64
+_SMS = 132  # H200
+
+
+@triton.jit
+def _w4a8_kernel(
+    a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, out_ptr,
+    M, N, K, b1, b2, stride_om, groups_per_split,
+    BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, ZPE: tl.constexpr,
+    SPLIT: tl.constexpr, HW: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BG: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    width = GROUP_M * num_n
+    first_m = (pid // width) * GROUP_M
+    rows = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+
+    G = K // BK
+    n0 = pid_n * BN
+    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = n0 + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    a_rows = a_ptr + part.to(tl.int64) * M * K + offs_m.to(tl.int64)[:, None] * K
+    rs_rows = rs_ptr + part * M * G + offs_m * G
+    if GROUP_AS:
+        as_rows = as_ptr + part * M * G + offs_m * G
+    else:
+        as_rows = as_ptr + part * M + offs_m
+    shift_q = ((offs_k % 8) * 4)[:, None]
+    shift_h = (offs_k % 32)[:, None]
+    OFF: tl.constexpr = 1 << (BITS - 1)
+
+    g_lo = pid_s * groups_per_split
+    g_hi = tl.minimum(g_lo + groups_per_split, G)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for g in range(g_lo, g_hi):
+        k0 = g * BK
+        a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0)
+        wq = tl.load(wq_ptr + ((k0 + offs_k) // 8)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
+        c = (wq >> shift_q) & 15
+        if BITS == 5:
+            wh = tl.load(wh_ptr + ((k0 + offs_k) // 32)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
+            c = c | (((wh >> shift_h) & 1) << 4)
+        c = c - OFF
+        if INT8:
+            t = tl.dot(a, c.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
+        else:
+            w8 = e4m3_encode(c.to(tl.float32), HW).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+            t = tl.dot(a.to(tl.float8e4nv, bitcast=True), w8)
+        sz = tl.load(sz_ptr + g * N + offs_n, mask=mask_n, other=0)
+        s = (sz & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        if ZPE:
+            contrib = t * s[None, :]
+        else:
+            d = (sz >> 16).to(tl.float32)
+            rs = tl.load(rs_rows + g, mask=mask_m, other=0.0)
+            contrib = t * s[None, :] - (s * d)[None, :] * rs[:, None]
+        if GROUP_AS:
+            asg = tl.load(as_rows + g, mask=mask_m, other=0.0)
+            acc += asg[:, None] * contrib
+        else:
+            acc += contrib
+    if ZPE:
+        for gc in range(g_lo, g_hi, BG):
+            offs_g = gc + tl.arange(0, BG)
+            mask_g = offs_g < g_hi
+            rsa = tl.load(rs_rows[:, None] + offs_g[None, :], mask=mask_m[:, None] & mask_g[None, :], other=0.0)
+            if GROUP_AS:
+                rsa *= tl.load(as_rows[:, None] + offs_g[None, :], mask=mask_m[:, None] & mask_g[None, :], other=0.0)
+            szc = tl.load(sz_ptr + offs_g[:, None] * N + offs_n[None, :], mask=mask_g[:, None] & mask_n[None, :], other=0)
+            sd = (szc & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * (szc >> 16).to(tl.float32)
+            acc -= tl.dot(rsa, sd, input_precision="ieee")
+    if not GROUP_AS:
+        acc *= tl.load(as_rows, mask=mask_m, other=0.0)[:, None]
+    mask = mask_m[:, None] & mask_n[None, :]
+    if SPLIT:
+        tl.store(out_ptr + pid_s.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :], acc, mask=mask)
+    else:
+        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], to_bf16(acc, not HW), mask=mask)
+
+
+def _pow2_at_least(x: int, lo: int) -> int:
+    return max(lo, 1 << max(0, (x - 1).bit_length()))
+
+
+def _block_n(bounds: list[int], want: int) -> int:
+    bn = want
+    while bn >= 16 and any(b % bn for b in bounds[1:-1]):
+        bn //= 2
+    if bn < 16:
+        raise ValueError(f"w4a8_gemm: partition bounds {list(bounds)} must be multiples of 16")
+    return bn
+
+
+def config(M: int, N: int, K: int, band: str, interp: bool) -> dict:
+    """Tile configuration for a band ("decode" / "prefill"); the interpreter gets large, few tiles."""
+    G = K // GROUP
+    if band == "decode":
+        bm = _pow2_at_least(min(M, DECODE_MAX_M), 16)
+        bn = 128 if interp else 64
+        if interp:
+            splits = min(2, G)
+        else:
+            splits = max(1, min(G, (4 * _SMS) // max(1, triton.cdiv(N, bn) * triton.cdiv(M, bm))))
+        per = triton.cdiv(G, splits)
+        return dict(BM=bm, BN=bn, GROUP_M=1, per=per, splits=triton.cdiv(G, per), num_warps=4, num_stages=4)
+    bm = 32 if interp else 128
+    return dict(BM=bm, BN=128, GROUP_M=8, per=G, splits=1, num_warps=8, num_stages=3)
+
+
+def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "auto",
+         out: torch.Tensor | None = None) -> torch.Tensor:
+    """Triton W4A8/W5A8 GEMM → bf16 [M, N] (or rows < M of ``out``)."""
+    P, M, K, N, grouped = check_inputs(A, AS, RS, w, bounds, "w4a8_gemm")
+    if band == "auto":
+        band = "decode" if M <= DECODE_MAX_M else "prefill"
+    if band not in ("decode", "prefill"):
+        raise ValueError(f"w4a8_gemm: band must be 'auto', 'decode' or 'prefill', got {band!r}")
+    if out is None:
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=A.device)
+    else:
+        check_out(out, M, N, "w4a8_gemm")
+    if M == 0:
+        return out
+    interp = triton_interpreted()
+    cfg = config(M, N, K, band, interp)
+    bn = _block_n(bounds, cfg["BN"])
+    b = list(bounds) + [N] * (4 - len(bounds))
+    split = cfg["splits"] > 1
+    dst = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=A.device) if split else out
+    wh = w.wh if w.bits == 5 else w.wq  # unused pointer for int4
+    grid = (triton.cdiv(M, cfg["BM"]) * triton.cdiv(N, bn), cfg["splits"])
+    _w4a8_kernel[grid](
+        A.contiguous(), AS.contiguous(), RS.contiguous(), w.wq, wh, w.sz, dst,
+        M, N, K, b[1], b[2], out.stride(0), cfg["per"],
+        BITS=w.bits, INT8=A.dtype == torch.int8, GROUP_AS=grouped, ZPE=zpe, SPLIT=split, HW=not interp,
+        BM=cfg["BM"], BN=bn, BK=GROUP, BG=16, GROUP_M=cfg["GROUP_M"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    if split:
+        out[:M].copy_(dst.sum(0))
+    return out

@@ -1,0 +1,192 @@
+"""radiance::w4a8_gemm: layout, reference vs an independent fp64 dequant-matmul, Triton vs reference.
+
+Activations are built here from formats.e4m3 (per-token / per-group scales, RS = group sums of the
+decoded codes), standing in for rotate_quant's output.
+"""
+
+import itertools
+
+import pytest
+import torch
+
+from conftest import DEVICE, FULL_SHAPES
+from radiance_kernels import shapes
+from radiance_kernels.formats import awq, e4m3
+from radiance_kernels.ops.w4a8_gemm import prepare, prepare_codes, unprepare
+
+REL = 1.7e-3  # bf16 output floor
+
+
+def acts(P, M, K, elem, grouped, kind="normal", seed=0, device="cpu"):
+    """(A, AS, RS) as rotate_quant produces them; kind="subnormal": most e4m3 codes subnormal."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    G = K // 128
+    x = torch.randn(P, M, K, generator=g, device=device) * torch.exp(torch.randn(P, M, 1, generator=g, device=device))
+    if kind == "subnormal":  # one big outlier per group pushes the bulk below 2^-6 of the scale
+        x[..., ::128] = 3e4
+    xg = x.reshape(P, M, G, 128)
+    amax = xg.abs().amax(-1) if grouped else x.abs().amax(-1)
+    qmax = 448.0 if elem == "e4m3" else 127.0
+    AS = (amax / qmax).clamp(min=1e-12).float()
+    sc = AS[..., None] if grouped else AS[..., None, None]
+    y = (xg / sc).reshape(P, M, K)
+    if elem == "e4m3":
+        A = e4m3.encode(y)
+        dec = e4m3.decode(A)
+    else:
+        A = y.round().clamp(-127, 127).to(torch.int8)
+        dec = A.float()
+    RS = dec.double().reshape(P, M, G, 128).sum(-1).float()
+    return A, AS, RS, dec
+
+
+def weights(K, N, bits, zkind="random", seed=1, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    hi = 2**bits - 1
+    codes = torch.randint(0, hi + 1, (K, N), generator=g)
+    if zkind == "random":
+        zeros = torch.randint(0, hi + 1, (K // 128, N), generator=g)
+    else:  # zero-point extremes: z = 0 and z = max in alternating column blocks, codes at the ends
+        zeros = torch.zeros(K // 128, N, dtype=torch.int64)
+        zeros[:, 1::2] = hi
+        codes = torch.where(torch.rand(K, N, generator=g) < 0.5, 0, hi)
+    scales = (torch.rand(K // 128, N, generator=g) * 0.02 + 1e-3).half()
+    codes, zeros = codes.to(torch.uint8).to(device), zeros.to(torch.uint8).to(device)
+    return codes, zeros, scales.to(device)
+
+
+def rel(out, ref):
+    d = out.double() - ref.double()
+    return (d.norm() / ref.double().norm()).item(), (d.abs().max() / ref.double().abs().max()).item()
+
+
+def assert_rounds_exact(out, exact):
+    """bf16 ``out`` is ``exact`` (fp64) rounded, up to rare one-ulp flips from summation order."""
+    r, _ = rel(out.cpu(), exact.to(torch.bfloat16))
+    assert r <= 3e-4, r
+    assert rel(out.cpu(), exact)[0] <= 1.3 * REL
+
+
+def dequant_matmul(dec, AS, codes, zeros, scales, bounds):
+    """Independent fp64: W = (q - z) s, X = a * as, out = X @ W per partition."""
+    P, M, K = dec.shape
+    W = awq.dequantize(codes.cpu(), zeros.cpu(), scales.cpu()).double()
+    out = torch.empty(M, W.shape[1], dtype=torch.float64)
+    for p in range(P):
+        s = AS[p].cpu().double()
+        s = s.repeat_interleave(128, -1) if s.dim() == 2 else s[:, None]
+        X = dec[p].cpu().double() * s
+        out[:, bounds[p]:bounds[p + 1]] = X @ W[:, bounds[p]:bounds[p + 1]]
+    return out
+
+
+def call(A, AS, RS, w, bounds, zpe, band, backend, out=None):
+    if out is None:
+        return torch.ops.radiance.w4a8_gemm(A, AS, RS, w.wq, w.wh, w.sz, bounds, w.bits, zpe, band, backend)
+    torch.ops.radiance.w4a8_gemm_out(out, A, AS, RS, w.wq, w.wh, w.sz, bounds, w.bits, zpe, band, backend)
+    return out
+
+
+@pytest.mark.parametrize("bits", [4, 5])
+def test_prepare_layout_and_round_trip(bits):
+    codes, zeros, scales = weights(256, 64, bits)
+    ck = awq.to_checkpoint(codes, zeros, scales, bits)
+    w = prepare(ck["qweight"], ck["qzeros"], ck["scales"], ck.get("qweight_hi"), ck.get("qzeros_hi"))
+    assert w.bits == bits and w.wq.shape == (32, 64) and w.sz.shape == (2, 64)
+    assert w.wh.shape == ((8, 64) if bits == 5 else (0, 64))
+    q, z, s = unprepare(w)
+    assert torch.equal(q, codes.long()) and torch.equal(z, zeros.long()) and torch.equal(s, scales)
+    word = w.wq[3, 5].item() & 0xFFFFFFFF  # nibble j of wq[i, n] = low 4 bits of q[8i + j, n]
+    assert [(word >> (4 * j)) & 15 for j in range(8)] == (codes[24:32, 5].long() & 15).tolist()
+    sz = w.sz[1, 7].item()
+    assert (sz >> 16) == zeros[1, 7].item() - 2 ** (bits - 1)
+    assert torch.tensor([sz & 0xFFFF], dtype=torch.int32).to(torch.int16).view(torch.float16).item() == scales[1, 7].item()
+
+
+@pytest.mark.parametrize("elem,grouped,bits", list(itertools.product(["e4m3", "int8"], [False, True], [4, 5])))
+def test_reference_vs_dequant_matmul(elem, grouped, bits):
+    P, M, K, N, bounds = 3, 7, 384, 96, [0, 32, 64, 96]
+    A, AS, RS, dec = acts(P, M, K, elem, grouped)
+    codes, zeros, scales = weights(K, N, bits)
+    out = call(A, AS, RS, prepare_codes(codes, zeros, scales, bits), bounds, False, "auto", "reference")
+    assert_rounds_exact(out, dequant_matmul(dec, AS, codes, zeros, scales, bounds))
+
+
+VARIANTS = list(itertools.product([4, 5], ["e4m3", "int8"], [False, True], [False, True], ["decode", "prefill"]))
+
+
+@pytest.mark.parametrize("bits,elem,grouped,zpe,band", VARIANTS)
+def test_triton_matches_reference(bits, elem, grouped, zpe, band, device):
+    P, M, K, N, bounds = 2, 19, 256, 256, [0, 128, 256]
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=bits, device=device)
+    w = prepare_codes(*weights(K, N, bits, device=device), bits)
+    ref = call(A, AS, RS, w, bounds, zpe, band, "reference")
+    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
+    call(A, AS, RS, w, bounds, zpe, band, "triton", out=out)
+    r, mx = rel(out, ref)
+    assert r <= REL and mx <= 4 * REL, (r, mx)
+
+
+@pytest.mark.parametrize("kind,zkind,P", [("subnormal", "random", 3), ("normal", "extreme", 1), ("subnormal", "extreme", 2)])
+def test_triton_edge_codes(kind, zkind, P, device):
+    M, K, N = 16, 384, 384
+    bounds = [0, 128, 256, 384][: P] + [N]
+    for bits, zpe in [(4, False), (5, True)]:
+        A, AS, RS, dec = acts(P, M, K, "e4m3", True, kind=kind, seed=3, device=device)
+        if kind == "subnormal":
+            assert ((A.cpu().to(torch.int32) & 0x78) == 0).float().mean() > 0.5
+        codes, zeros, scales = weights(K, N, bits, zkind=zkind, device=device)
+        w = prepare_codes(codes, zeros, scales, bits)
+        ref = call(A, AS, RS, w, bounds, zpe, "auto", "reference")
+        assert_rounds_exact(ref, dequant_matmul(dec, AS, codes, zeros, scales, bounds))
+        for band in ("decode", "prefill"):
+            out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
+            call(A, AS, RS, w, bounds, zpe, band, "triton", out=out)
+            r, mx = rel(out, ref)
+            assert r <= REL and mx <= 4 * REL, (bits, band, r, mx)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_out_rows_past_m_untouched(backend, device):
+    P, M, K, N, bounds = 1, 5, 256, 128, [0, 128]
+    A, AS, RS, _ = acts(P, M, K, "e4m3", False, device=device)
+    w = prepare_codes(*weights(K, N, 4, device=device), 4)
+    buf = torch.full((M + 6, N), 7.0, dtype=torch.bfloat16, device=device)
+    call(A, AS, RS, w, bounds, True, "auto", backend, out=buf)
+    assert torch.all(buf[M:] == 7.0)
+    assert torch.equal(buf[:M], call(A, AS, RS, w, bounds, True, "auto", backend))
+
+
+def test_bad_inputs_raise(device):
+    A, AS, RS, _ = acts(1, 4, 256, "e4m3", False, device=device)
+    w = prepare_codes(*weights(256, 128, 4, device=device), 4)
+    with pytest.raises(ValueError, match="RS"):
+        call(A, AS, RS[..., :1], w, [0, 128], False, "auto", "reference")
+    with pytest.raises(ValueError, match="bounds"):
+        call(A, AS, RS, w, [0, 64, 128], False, "auto", "reference")
+    with pytest.raises(ValueError, match="band"):
+        call(A, AS, RS, w, [0, 128], False, "fast", "reference")
+    with pytest.raises(ValueError, match="out"):
+        call(A, AS, RS, w, [0, 128], False, "auto", "reference", out=torch.empty(2, 128, dtype=torch.bfloat16, device=device))
+
+
+FULL_MS = [1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192]
+FULL_VARIANTS = [(4, "e4m3", False, False), (5, "int8", True, True), (5, "e4m3", False, True), (4, "int8", True, False)]
+
+
+@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
+@pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
+def test_full_shapes(proj):
+    K, N, P = proj.K, proj.N, proj.P
+    bounds = list(proj.bounds)
+    ws = {bits: prepare_codes(*weights(K, N, bits, seed=K + N, device="cuda"), bits) for bits in (4, 5)}
+    for i, M in enumerate(FULL_MS):
+        bits, elem, grouped, zpe = FULL_VARIANTS[i % len(FULL_VARIANTS)]
+        w = ws[bits]
+        A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device="cuda")
+        ref = call(A, AS, RS, w, bounds, zpe, "auto", "reference")
+        out = torch.full((M + 3, N), 5.0, dtype=torch.bfloat16, device="cuda")
+        call(A, AS, RS, w, bounds, zpe, "auto", "triton", out=out)
+        r, mx = rel(out[:M], ref)
+        assert r <= REL and mx <= 4 * REL, (proj, M, bits, elem, grouped, zpe, r, mx)
+        assert torch.all(out[M:] == 5.0)
