@@ -76,6 +76,15 @@ def random_rotation(
     return pairs.to(device), theta.to(device), scales.to(device)
 
 
+def random_rotations(
+    P: int, K: int, krot: int = 8, seed: int = 0, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """P stacked records in the ops' layout: pairs [P, krot, K], theta [P, krot, K/2], channel_scales [P, K]."""
+    recs = [random_rotation(K, krot, seed * 1000 + p, device) for p in range(P)]
+    return (torch.stack([r[0] for r in recs]), torch.stack([r[1] for r in recs]),
+            torch.cat([r[2] for r in recs]))
+
+
 def givens_tables(
     pairs: torch.Tensor, theta: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,0 +1,233 @@
+"""The prologue kernel: producer → (channel scale + Givens rotation + 8-bit quant), one launch.
+
+One program per (partition p, BM-row block, group chunk). ``PRODUCER`` picks what feeds the rotation
+(0 none = ``rotate_quant``, 1 add+RMSNorm, 2 add+GemmaRMSNorm, 3 silu_mul, 4 sigmoid_gate,
+5 per-head gated RMSNorm); ``QUANT=False`` runs the plain producer (no rotation). A row-wide step
+(the RMSNorm's sum of squares, the per-token amax) makes the program own all groups of its rows and
+loop over them (recomputing the producer and rotation per pass instead of parking the row); otherwise
+each program owns one group. Producer outputs (hs, residual) are stored by the p = 0 programs only.
+The math follows :mod:`radiance_kernels.ops.stream.reference` operation for operation.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from radiance_kernels.formats.rotation import GROUP, givens_tables
+from radiance_kernels.ops.rotate_quant import reference as rq_ref
+from radiance_kernels.ops.rotate_quant.triton import load_f32, quant_store, rotate_group, round_to, store_dt
+from radiance_kernels.ops.stream import reference as ref
+
+PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 2, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
+_DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+_LOG2E: tl.constexpr = tl.constexpr(ref.LOG2E)
+_LN2_HI: tl.constexpr = tl.constexpr(ref.LN2_HI)
+_LN2_LO: tl.constexpr = tl.constexpr(ref.LN2_LO)
+_RINT: tl.constexpr = tl.constexpr(ref.RINT_MAGIC)
+_EXP_LO: tl.constexpr = tl.constexpr(ref.EXP_LO)
+_EXP_HI: tl.constexpr = tl.constexpr(ref.EXP_HI)
+_C2: tl.constexpr = tl.constexpr(ref.EXP_POLY[2])
+_C3: tl.constexpr = tl.constexpr(ref.EXP_POLY[3])
+_C4: tl.constexpr = tl.constexpr(ref.EXP_POLY[4])
+_C5: tl.constexpr = tl.constexpr(ref.EXP_POLY[5])
+_C6: tl.constexpr = tl.constexpr(ref.EXP_POLY[6])
+_C7: tl.constexpr = tl.constexpr(ref.EXP_POLY[7])
+
+
+@triton.jit
+def _exp(x):
+    x = tl.minimum(tl.maximum(x, _EXP_LO), _EXP_HI)
+    n = (x * _LOG2E + _RINT) - _RINT
+    r = (x - n * _LN2_HI) - n * _LN2_LO
+    p = tl.full(x.shape, _C7, tl.float32)
+    p = p * r + _C6
+    p = p * r + _C5
+    p = p * r + _C4
+    p = p * r + _C3
+    p = p * r + _C2
+    p = p * r + 1.0
+    p = p * r + 1.0
+    ni = n.to(tl.int32)
+    n1 = ni >> 1
+    s1 = ((n1 + 127) << 23).to(tl.float32, bitcast=True)
+    s2 = ((ni - n1 + 127) << 23).to(tl.float32, bitcast=True)
+    return (p * s1) * s2
+
+
+@triton.jit
+def _silu(v):
+    return tl.math.div_rn(v, _exp(-v) + 1.0)
+
+
+@triton.jit
+def _sigmoid(v):
+    return tl.math.div_rn(tl.full(v.shape, 1.0, tl.float32), _exp(-v) + 1.0)
+
+
+@triton.jit
+def _tree(v, BM: tl.constexpr):
+    """[BM, 128] → [BM]: adjacent-pair sums, 7 levels (the reference's ``tree``)."""
+    for lvl in tl.static_range(7):
+        a, b = tl.split(tl.reshape(v, (BM, 64 >> lvl, 2)))
+        v = a + b
+    return tl.reshape(v, (BM,))
+
+
+@triton.jit
+def _rms_inv(ss, n, eps):
+    d = tl.math.sqrt_rn(tl.math.div_rn(ss, n) + eps)
+    return tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), d)
+
+
+@triton.jit
+def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
+             rows, rmask, cols, g, K, inv,
+             PRODUCER: tl.constexpr, DT: tl.constexpr, STORE: tl.constexpr, BM: tl.constexpr):
+    """The producer's output for group g of the tile's rows, as DT-rounded fp32 [BM, 128]."""
+    r64 = rows.to(tl.int64)[:, None]
+    m2 = rmask[:, None]
+    xa = load_f32(a_ptr, r64 * stride_a + g * 128 + cols[None, :], m2, DT)
+    if PRODUCER == 0:
+        v = xa
+    else:
+        xb = load_f32(b_ptr, r64 * stride_b + g * 128 + cols[None, :], m2, DT)
+        if PRODUCER == 1 or PRODUCER == 2:
+            s = round_to(xa + xb, DT)
+            n = s * inv[:, None]
+            w = load_f32(w_ptr, g * 128 + cols, cols < 128, DT)[None, :]
+            if PRODUCER == 2:
+                v = round_to(n * (w + 1.0), DT)
+            else:
+                v = round_to(round_to(n, DT) * w, DT)
+            if STORE:
+                store_dt(res_ptr, r64 * K + g * 128 + cols[None, :], s, store_mask[:, None], DT)
+        elif PRODUCER == 3:
+            v = round_to(round_to(_silu(xb), DT) * xa, DT)
+        elif PRODUCER == 4:
+            v = round_to(xa * round_to(_sigmoid(xb), DT), DT)
+        else:
+            h_inv = _rms_inv(_tree(xa * xa, BM), 128.0, eps)
+            w = load_f32(w_ptr, g * w_gstride + cols, cols < 128, DT)[None, :]
+            v = round_to(((xa * h_inv[:, None]) * w) * _silu(xb), DT)
+    if STORE:
+        store_dt(hs_ptr, r64 * K + g * 128 + cols[None, :], v, store_mask[:, None], DT)
+    return v
+
+
+@triton.jit
+def _prologue_kernel(
+    a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
+    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, inv_qmax,
+    M, K, G, GPP,
+    PRODUCER: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
+    TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
+):
+    p = tl.program_id(0)
+    rows = tl.program_id(1) * BM + tl.arange(0, BM)
+    rmask = rows < M
+    store_mask = rmask & (p == 0)
+    cols = tl.arange(0, 128)
+    g0 = tl.program_id(2) * GPP
+    g1 = tl.minimum(g0 + GPP, G)
+    inv = tl.zeros((BM,), tl.float32)
+    if PRODUCER == 1 or PRODUCER == 2:
+        ss = tl.zeros((BM,), tl.float32)
+        for g in range(0, G):
+            r64 = rows.to(tl.int64)[:, None]
+            xa = load_f32(a_ptr, r64 * stride_a + g * 128 + cols[None, :], rmask[:, None], DT)
+            xb = load_f32(b_ptr, r64 * stride_b + g * 128 + cols[None, :], rmask[:, None], DT)
+            s = round_to(xa + xb, DT)
+            ss = ss + _tree(s * s, BM)
+        inv = _rms_inv(ss, K.to(tl.float32), eps)
+    if QUANT and TOKEN:
+        amax = tl.zeros((BM,), tl.float32)
+        for g in range(0, G):
+            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
+                         rows, rmask, cols, g, K, inv, PRODUCER, DT, False, BM)
+            v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
+            amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
+        scale = amax * inv_qmax
+        tl.store(as_ptr + p * M + rows, scale, mask=rmask)
+        for g in range(0, G):
+            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
+                         rows, rmask, cols, g, K, inv, PRODUCER, DT, STORE_HS, BM)
+            v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
+            quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
+    else:
+        for g in range(g0, g1):
+            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
+                         rows, rmask, cols, g, K, inv, PRODUCER, DT, STORE_HS, BM)
+            if QUANT:
+                v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
+                scale = tl.max(tl.abs(v), axis=1) * inv_qmax
+                tl.store(as_ptr + (p * M + rows).to(tl.int64) * G + g, scale, mask=rmask)
+                quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """bf16 tensors travel as int16 views (raw bits)."""
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+
+
+def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight: torch.Tensor | None = None,
+           eps: float = 0.0, rotation=None, elem: str | None = None, granularity: str | None = None,
+           store_hs: bool = False, hw: bool = False, out: dict[str, torch.Tensor] | None = None
+           ) -> dict[str, torch.Tensor]:
+    """Run the prologue kernel; returns the outputs by name: ``hs`` (and ``residual`` for the norms) when
+    ``store_hs``, ``A``/``AS``/``RS`` when ``rotation`` = (pairs [P,krot,K], theta, channel_scales) is given.
+    ``out`` may hold preallocated buffers by the same names (tests poison them). Argument checks are the
+    callers' (the op wrappers)."""
+    M, K = a.shape
+    G = K // GROUP
+    kind = PRODUCERS[producer]
+    dev = a.device
+    given = out or {}
+    out = {}
+
+    def buf(name, shape, dtype):
+        t = given.get(name)
+        if t is None:
+            t = torch.empty(shape, dtype=dtype, device=dev)
+        elif tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous():
+            raise ValueError(f"out[{name!r}] must be a contiguous {dtype} {list(shape)}, got {t.dtype} {list(t.shape)}")
+        out[name] = t
+
+    quant = rotation is not None
+    token = quant and granularity == "token"
+    row_wide = token or kind in (1, 2)
+    if store_hs:
+        buf("hs", (M, K), a.dtype)
+        if kind in (1, 2):
+            buf("residual", (M, K), a.dtype)
+    if quant:
+        pairs, theta, channel_scales = rotation
+        P, NL = pairs.shape[0], pairs.shape[1]
+        mate, cos, sin = givens_tables(pairs, theta)
+        cs = channel_scales.to(torch.float32).contiguous()
+        a_shape, as_shape, rs_shape = rq_ref.output_shapes(P, M, K, granularity)
+        buf("A", a_shape, rq_ref.code_dtype(elem))
+        buf("AS", as_shape, torch.float32)
+        buf("RS", rs_shape, torch.float32)
+        inv_qmax = rq_ref.INV_QMAX[elem]
+    else:
+        P, NL, inv_qmax = 1, 0, 0.0
+        mate = cos = sin = cs = torch.empty(0, dtype=torch.float32, device=dev)
+    dummy = torch.empty(0, dtype=torch.int16 if a.dtype == torch.bfloat16 else a.dtype, device=dev)
+    BM = 16 if M <= 16 else 32
+    GPP = G if row_wide else 1
+    grid = (P, triton.cdiv(M, BM), triton.cdiv(G, GPP))
+    _prologue_kernel[grid](
+        _bits(a), _bits(b) if b is not None else dummy, _bits(weight) if weight is not None else dummy,
+        a.stride(0), b.stride(0) if b is not None else 0,
+        0 if weight is not None and weight.numel() == GROUP else GROUP, float(eps),
+        _bits(out["hs"]) if store_hs else dummy, _bits(out["residual"]) if "residual" in out else dummy,
+        mate, cos, sin, cs,
+        out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, inv_qmax,
+        M, K, G, GPP,
+        PRODUCER=kind, DT=_DT[a.dtype], QUANT=quant, ELEM=0 if elem != "int8" else 1, TOKEN=token,
+        STORE_HS=store_hs, NL=NL, HW=hw, BM=BM, num_warps=4, enable_fp_fusion=False,
+    )
+    return out

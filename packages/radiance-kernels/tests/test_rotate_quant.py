@@ -1,0 +1,138 @@
+import pytest
+import torch
+from conftest import FULL_SHAPES
+
+from radiance_kernels import BackendUnavailableError
+from radiance_kernels.formats import e4m3
+from radiance_kernels.formats.rotation import random_rotations, rotate
+from radiance_kernels.ops.rotate_quant import reference
+from radiance_kernels.ops.rotate_quant import triton as rq_triton
+
+VARIANTS = [(e, g) for e in ("e4m3", "int8") for g in ("group", "token")]
+
+
+def activations(M: int, K: int, dtype: torch.dtype, seed: int = 0, device="cpu") -> torch.Tensor:
+    """Mixed rows: all-zero, input subnormals, an outlier over a tiny row (subnormal e4m3 codes in token
+    mode), underflowing scales (fp32), and log-normal magnitudes."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=gen) * torch.exp(2 * torch.randn(M, 1, generator=gen))
+    if M > 1:
+        x[1] = 0
+    if M > 2:
+        x[2] = torch.randn(K, generator=gen) * 1e-39
+    if M > 3:
+        x[3] = torch.randn(K, generator=gen) * 1e-5
+        x[3, 7] = 300.0
+    if M > 4:
+        x[4] = torch.randn(K, generator=gen) * 1e-44
+    return x.to(dtype).to(device)
+
+
+def poisoned(P: int, M: int, K: int, elem: str, granularity: str, device) -> dict[str, torch.Tensor]:
+    """Output buffers filled with garbage, so an unwritten element cannot pass."""
+    a, s, r = reference.output_shapes(P, M, K, granularity)
+    return {"A": torch.full(a, 0x5B, dtype=reference.code_dtype(elem), device=device),
+            "AS": torch.full(s, float("nan"), device=device), "RS": torch.full(r, float("nan"), device=device)}
+
+
+def assert_same(got: dict, want: tuple) -> None:
+    for name, w in zip(("A", "AS", "RS"), want):
+        g = got[name]
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        bad = (g.view(torch.uint8) != w.view(torch.uint8)) if g.dtype.itemsize == 1 else \
+            (g.view(torch.int32) != w.view(torch.int32))
+        assert not bad.any(), f"{name}: {int(bad.sum())} of {g.numel()} differ, first at {bad.nonzero()[0].tolist()}"
+
+
+CASES = [(torch.bfloat16, 1, 1, 128), (torch.float16, 2, 5, 384), (torch.float32, 3, 16, 256),
+         (torch.bfloat16, 3, 7, 512)]
+
+
+@pytest.mark.parametrize("dtype, P, M, K", CASES)
+def test_triton_equals_reference_bytewise(device, dtype, P, M, K):
+    x = activations(M, K, dtype, seed=M, device=device)
+    recs = random_rotations(P, K, seed=K + P, device=device)
+    for elem, granularity in VARIANTS:
+        want = reference.rotate_quant(x, *recs, elem, granularity)
+        got = rq_triton.rotate_quant(x, *recs, elem, granularity, out=poisoned(P, M, K, elem, granularity, device))
+        assert_same(got, want)
+
+
+def test_strided_rows_and_op_dispatch(device):
+    M, K, P = 6, 256, 2
+    big = activations(M, 2 * K, torch.bfloat16, seed=3, device=device)
+    x = big[:, K:]  # row stride 2K
+    recs = random_rotations(P, K, seed=9, device=device)
+    for elem, granularity in VARIANTS[::3]:
+        want = reference.rotate_quant(x.contiguous(), *recs, elem, granularity)
+        for backend in ("reference", "triton"):
+            got = torch.ops.radiance.rotate_quant(x, *recs, elem, granularity, backend)
+            assert_same(dict(zip(("A", "AS", "RS"), got)), want)
+
+
+def test_reference_semantics():
+    M, K, P = 5, 256, 2
+    x = activations(M, K, torch.float32, seed=1)
+    recs = random_rotations(P, K, seed=4)
+    xr = torch.stack([rotate(x, recs[0][p], recs[1][p], recs[2][p]) for p in range(P)])
+    g = xr.reshape(P, M, 2, 128)
+    for elem, qmax in (("e4m3", 448.0), ("int8", 127.0)):
+        A, AS, RS = reference.rotate_quant(x, *recs, elem, "group")
+        assert torch.equal(AS, g.abs().amax(-1) * torch.tensor(1 / qmax, dtype=torch.float32))
+        vals = e4m3.decode(A) if elem == "e4m3" else A.float()
+        assert torch.equal(RS, vals.reshape(P, M, 2, 128).double().sum(-1).float())
+        assert (AS[:, [1, 4]] == 0).all() and (A.reshape(P, M, K)[:, [1, 4]] == 0).all()  # zero / underflow
+        deq = vals.reshape(P, M, 2, 128) * AS[..., None]
+        live = AS > 0
+        err = ((deq - g).abs().amax(-1) / g.abs().amax(-1).clamp(min=1e-38))[live]
+        assert err.max() <= (2.0**-4 if elem == "e4m3" else 1 / 254) * 1.0001
+        At, AST, RST = reference.rotate_quant(x, *recs, elem, "token")
+        assert torch.equal(AST, g.abs().amax(-1).amax(-1) * torch.tensor(1 / qmax, dtype=torch.float32))
+    # token mode on the outlier row reaches the e4m3 subnormal codes
+    assert ((At[:, 3] & 0x78) == 0).logical_and((At[:, 3] & 7) != 0).any()
+
+
+def test_identity_rotation_is_plain_quant():
+    M, K = 4, 128
+    x = activations(M, K, torch.float32, seed=2)
+    pairs = torch.arange(128, dtype=torch.int16).repeat(8, 1)[None]
+    theta = torch.zeros(1, 8, 64, dtype=torch.float16)
+    cs = torch.ones(1, K, dtype=torch.float16)
+    A, AS, _ = reference.rotate_quant(x, pairs, theta, cs, "e4m3", "token")
+    live = AS[0] > 0
+    q = torch.where(live[:, None], x / torch.where(live, AS[0], 1.0)[:, None], 0.0)
+    assert torch.equal(A[0], e4m3.encode(q))
+
+
+def test_bad_arguments():
+    x = torch.zeros(2, 256, dtype=torch.bfloat16)
+    pairs, theta, cs = random_rotations(1, 256)
+    with pytest.raises(ValueError, match="theta must be float16"):
+        torch.ops.radiance.rotate_quant(x, pairs, theta.float(), cs, "e4m3", "group", "reference")
+    with pytest.raises(ValueError, match="x must be"):
+        torch.ops.radiance.rotate_quant(x[:, :200], pairs, theta, cs, "e4m3", "group", "triton")
+    with pytest.raises(ValueError, match="elem must be"):
+        torch.ops.radiance.rotate_quant(x, pairs, theta, cs, "fp8", "group", "reference")
+    with pytest.raises(ValueError, match="P<=3"):
+        torch.ops.radiance.rotate_quant(x, pairs.repeat(4, 1, 1), theta, cs, "e4m3", "group", "reference")
+    with pytest.raises(BackendUnavailableError, match="unknown backend"):
+        torch.ops.radiance.rotate_quant(x, pairs, theta, cs, "e4m3", "group", "cuda")
+
+
+FULL_M = (1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192)
+
+
+@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a GPU")
+@pytest.mark.parametrize("K", (5120, 17408))
+@pytest.mark.parametrize("M", FULL_M)
+def test_full_shapes_bytewise_gpu(K, M):
+    x = activations(M, K, torch.bfloat16, seed=M, device="cuda")
+    for P in (1, 2, 3):
+        recs = random_rotations(P, K, seed=P, device="cuda")
+        for elem, granularity in VARIANTS:
+            want = reference.rotate_quant(x, *recs, elem, granularity)
+            for hw in (False, True) if elem == "e4m3" else (False,):
+                got = rq_triton.rotate_quant(x, *recs, elem, granularity, hw=hw,
+                                             out=poisoned(P, M, K, elem, granularity, "cuda"))
+                assert_same(got, want)
+        del want, got
