@@ -61,8 +61,10 @@ def _w4a8_kernel(
         as_rows = as_ptr + part * M * G + offs_m * G
     else:
         as_rows = as_ptr + part * M + offs_m
-    shift_q = ((offs_k % 8) * 4)[:, None]
-    shift_h = (offs_k % 32)[:, None]
+    offs_q = tl.arange(0, BK // 8)  # word rows of a K tile; nibble j of a word = k offset j
+    offs_h = tl.arange(0, BK // 32)
+    shift_q = tl.arange(0, 8) * 4
+    shift_h = tl.arange(0, 32)
     OFF: tl.constexpr = 1 << (BITS - 1)
 
     g_lo = pid_s * groups_per_split
@@ -71,11 +73,11 @@ def _w4a8_kernel(
     for g in range(g_lo, g_hi):
         k0 = g * BK
         a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0)
-        wq = tl.load(wq_ptr + ((k0 + offs_k) // 8)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
-        c = (wq >> shift_q) & 15
+        wq = tl.load(wq_ptr + (k0 // 8 + offs_q)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
+        c = tl.reshape((wq[:, None, :] >> shift_q[None, :, None]) & 15, (BK, BN))
         if BITS == 5:
-            wh = tl.load(wh_ptr + ((k0 + offs_k) // 32)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
-            c = c | (((wh >> shift_h) & 1) << 4)
+            wh = tl.load(wh_ptr + (k0 // 32 + offs_h)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
+            c = c | (tl.reshape((wh[:, None, :] >> shift_h[None, :, None]) & 1, (BK, BN)) << 4)
         c = c - OFF
         if INT8:
             t = tl.dot(a, c.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
