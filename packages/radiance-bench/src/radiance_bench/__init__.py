@@ -1,4 +1,4 @@
-"""radiance-bench. Checks the radiance-kernels op manifest at import: a missing or renamed kernel fails here."""
+"""radiance-bench. Checks the radiance-kernels op manifest at import: a renamed kernel fails here."""
 
 import radiance_kernels
 
