@@ -1,0 +1,161 @@
+"""ParoQuant checkpoints (z-lab's int4 format as published, and our int5 bit-plane variant): verify.
+
+Per quantized linear with input K, output N, g = 128, krot = 8 (radiance_kernels.formats.awq/rotation):
+``qweight [K, N/8]`` int32 (AWQ nibble order), ``qzeros [K/g, N/8]`` int32, ``scales [K/g, N]`` fp16,
+``theta [krot, K/2]`` fp16, ``pairs [krot, K]`` int16, ``channel_scales [1, K]`` fp16; int5 adds
+``qweight_hi [K, N/32]`` and ``qzeros_hi [K/g, N/32]`` int32. The linear computes
+``y = rotate(x) @ W``, ``W [K, N] = (q - z)·s``, ``rotate(x) = (x·channel_scales) @ R^T``. Hence a base
+weight ``W0 [N, K]`` maps to ``W = R·diag(1/cs)·W0^T`` (:func:`to_rotated`) and back by
+``W0 = (W^T @ R)·cs`` (:func:`from_rotated`).
+"""
+
+from __future__ import annotations
+
+import torch
+from radiance_kernels.formats import awq, rotation
+
+from radiance_quant.io import Checkpoint, CheckpointError
+
+GROUP = 128
+QUANT_TENSORS = ("qweight", "qzeros", "scales", "theta", "pairs", "channel_scales")
+ROW_CHUNK = 2048
+
+
+def to_rotated(w0: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
+    """Base weight W0 [N, K] -> rotated frame W^T [N, K] = (W0 / cs) @ R^T, fp64, in row chunks."""
+    ones = torch.ones_like(cs)
+    csd = cs.to(torch.float64).reshape(-1)
+    return torch.cat([rotation.rotate(c.to(torch.float64) / csd, pairs, theta, ones, torch.float64)
+                      for c in w0.split(ROW_CHUNK)])
+
+
+def from_rotated(wt: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
+    """Rotated W^T [N, K] -> base frame W0 = (W^T @ R)·cs, fp64 (inverse layers: reversed, -theta)."""
+    ones = torch.ones_like(cs)
+    inv_p, inv_t = pairs.flip(0), (-theta).flip(0)
+    csd = cs.to(torch.float64).reshape(-1)
+    return torch.cat([rotation.rotate(c.to(torch.float64), inv_p, inv_t, ones, torch.float64) * csd
+                      for c in wt.split(ROW_CHUNK)])
+
+
+def quant_config(ck: Checkpoint) -> dict:
+    """The checkpoint's ParoQuant quantization_config, checked (quant_method, bits, group_size, krot)."""
+    qc = ck.config.get("quantization_config")
+    where = ck.dir / "config.json"
+    if not isinstance(qc, dict) or qc.get("quant_method") != "paroquant":
+        raise CheckpointError(f"{where}: quantization_config.quant_method is not 'paroquant' ({qc!r})")
+    if qc.get("bits") not in (4, 5) or qc.get("group_size") != GROUP or not isinstance(qc.get("krot"), int):
+        raise CheckpointError(f"{where}: quantization_config needs bits 4|5, group_size 128, integer krot; got {qc}")
+    return qc
+
+
+def linears(ck: Checkpoint) -> list[str]:
+    """Module names that store a `qweight`."""
+    return sorted(n[: -len(".qweight")] for n in ck.names() if n.endswith(".qweight"))
+
+
+def unquantized(ck: Checkpoint) -> dict[str, str]:
+    """2-D floating `*.weight` tensors kept in the model dtype (lm_head, embeddings, GDN in_proj_a/b, ...)."""
+    out = {}
+    for n in ck.names():
+        dt, sh = ck.spec(n)
+        if n.endswith(".weight") and len(sh) == 2 and dt.is_floating_point:
+            out[n[: -len(".weight")]] = str(dt).removeprefix("torch.")
+    return out
+
+
+def read_linear(ck: Checkpoint, prefix: str, bits: int, krot: int) -> dict[str, torch.Tensor]:
+    """Read one linear's tensors, checking every dtype and shape against the one implied by `scales`."""
+    _, ssh = ck.spec(f"{prefix}.scales")
+    _, qsh = ck.spec(f"{prefix}.qweight")
+    if len(ssh) != 2 or len(qsh) != 2:
+        raise CheckpointError(f"{ck.file_of(prefix + '.scales')}: tensor {prefix}.scales/qweight must be 2-D")
+    K, N = qsh[0], ssh[1]
+    if K % GROUP or N % 8:
+        raise CheckpointError(f"{ck.file_of(prefix + '.qweight')}: tensor {prefix}.qweight: K={K} must be a "
+                              f"multiple of {GROUP} and N={N} of 8")
+    expect = {
+        "qweight": (torch.int32, (K, N // 8)), "qzeros": (torch.int32, (K // GROUP, N // 8)),
+        "scales": (torch.float16, (K // GROUP, N)), "theta": (torch.float16, (krot, K // 2)),
+        "pairs": (torch.int16, (krot, K)), "channel_scales": (torch.float16, (1, K)),
+    }
+    hi = [f"{prefix}.qweight_hi", f"{prefix}.qzeros_hi"]
+    if bits == 5:
+        expect |= {"qweight_hi": (torch.int32, (K, N // 32)), "qzeros_hi": (torch.int32, (K // GROUP, N // 32))}
+    elif any(h in ck for h in hi):
+        raise CheckpointError(f"{ck.file_of(prefix + '.qweight')}: tensor {prefix}.qweight_hi present but "
+                              "quantization_config.bits is 4")
+    return {k: ck.get(f"{prefix}.{k}", dt, sh) for k, (dt, sh) in expect.items()}
+
+
+def check_linear(ck: Checkpoint, prefix: str, t: dict[str, torch.Tensor], bits: int, rng: torch.Generator,
+                 base: Checkpoint | None) -> dict:
+    """Value checks of one linear; returns its figures (raises naming the tensor on the first failure)."""
+    file = ck.file_of(f"{prefix}.qweight")
+    try:
+        rotation.validate_rotation(t["pairs"], t["theta"], t["channel_scales"], name=prefix)
+    except ValueError as e:
+        raise CheckpointError(f"{file}: {e}") from None
+    s = t["scales"].float()
+    if not torch.isfinite(s).all() or (s <= 0).any():
+        raise CheckpointError(f"{file}: tensor {prefix}.scales: {int((~torch.isfinite(s) | (s <= 0)).sum())} "
+                              "non-finite or non-positive scales")
+    codes, zeros, scales, got_bits = awq.from_checkpoint(t)
+    qmax = 2**bits - 1
+    if got_bits != bits or int(codes.max()) > qmax or int(zeros.max()) > qmax:
+        raise CheckpointError(f"{file}: tensor {prefix}.qzeros: codes/zeros exceed {qmax} for bits={bits}")
+    w = awq.dequantize(codes, zeros, scales).to(torch.float64)  # [K, N]
+    K, N = w.shape
+    # inference identity: Givens layers (fp64) vs the dense block-diagonal R, through the weight
+    x = torch.randn(4, K, generator=rng, dtype=torch.float64)
+    xs = x * t["channel_scales"].to(torch.float64)
+    dense = torch.cat([xs[:, g * GROUP:(g + 1) * GROUP] @ rotation.dense_matrix(
+        t["pairs"][:, g * GROUP:(g + 1) * GROUP], t["theta"][:, g * GROUP // 2:(g + 1) * GROUP // 2]).T
+        for g in range(K // GROUP)], dim=1)
+    givens = rotation.rotate(x, t["pairs"], t["theta"], t["channel_scales"], torch.float64)
+    cols = w[:, :256]
+    y_ref = dense @ cols
+    identity = float((givens @ cols - y_ref).abs().max() / y_ref.abs().max().clamp(min=1e-300))
+    if not identity <= 1e-12:
+        raise CheckpointError(f"{file}: tensor {prefix}.theta/pairs: Givens vs dense rotation differ by {identity:.3g}")
+    fig = {"K": K, "N": N, "identity_rel": identity}
+    if base is not None:
+        name = f"{prefix}.weight"
+        w0 = base.get(name, shape=(N, K)).to(torch.float64)
+        back = from_rotated(w.T, t["pairs"], t["theta"], t["channel_scales"])
+        rel = float((back - w0).norm() / w0.norm())
+        fig["base_rel_rms"] = rel
+        if not rel < 0.3:
+            raise CheckpointError(f"{file}: tensor {prefix}.qweight: dequantised weight is {rel:.3f} relRMS from "
+                                  f"{base.file_of(name)} (nibble order or rotation wrong?)")
+    return fig
+
+
+def verify(path, base=None, seed: int = 0) -> dict:
+    """Verify every quantized linear of a ParoQuant checkpoint; returns the report, or raises one
+    CheckpointError listing every offending tensor. `base`: the bf16 model it was made from (checks
+    the AWQ nibble order and rotation by reconstructing each weight)."""
+    ck = path if isinstance(path, Checkpoint) else Checkpoint(path)
+    base = base if base is None or isinstance(base, Checkpoint) else Checkpoint(base)
+    qc = quant_config(ck)
+    mods = linears(ck)
+    if not mods:
+        raise CheckpointError(f"{ck.dir}: quant_method 'paroquant' but no tensor named *.qweight")
+    rng = torch.Generator().manual_seed(seed)
+    problems, figures = [], {}
+    from tqdm import tqdm
+
+    for m in tqdm(mods, desc="verify", unit="linear", disable=None):
+        try:
+            t = read_linear(ck, m, qc["bits"], qc["krot"])
+            figures[m] = check_linear(ck, m, t, qc["bits"], rng, base)
+        except CheckpointError as e:
+            problems.append(str(e))
+    if problems:
+        raise CheckpointError(f"{len(problems)} of {len(mods)} quantized linears failed:\n" + "\n".join(problems))
+    worst = max(f["identity_rel"] for f in figures.values())
+    report = {"checkpoint": str(ck.dir), "quantization_config": qc, "linears": figures,
+              "unquantized": unquantized(ck), "max_identity_rel": worst}
+    if base is not None:
+        report["max_base_rel_rms"] = max(f["base_rel_rms"] for f in figures.values())
+    return report
