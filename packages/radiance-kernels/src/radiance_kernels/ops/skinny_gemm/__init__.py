@@ -24,7 +24,8 @@ def _check(x: torch.Tensor, w: torch.Tensor) -> None:
     if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16:
         raise TypeError(f"skinny_gemm: x and w must be bfloat16, got x {x.dtype}, w {w.dtype}")
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
-        raise ValueError(f"skinny_gemm: expected x [M, K] and w [N, K], got x {tuple(x.shape)}, w {tuple(w.shape)}")
+        raise ValueError(f"skinny_gemm: expected x [M, K] and w [N, K], "
+                         f"got x {tuple(x.shape)}, w {tuple(w.shape)}")
     if x.shape[0] > MAX_M:
         raise ValueError(f"skinny_gemm: x has M={x.shape[0]} rows, at most {MAX_M} supported")
 
