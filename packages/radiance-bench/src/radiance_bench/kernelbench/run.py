@@ -1,0 +1,196 @@
+"""``python -m radiance_bench.kernelbench.run --out DIR``: every kernel bench of issue 6 in one run.
+
+Sections (``--sections``): ceilings, decode, skinny, prefill, producer, stack. Each figure is recorded
+with the ceiling and peers measured in the same process; the JSON holds everything, the printed table
+the ratios the bars are stated in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import traceback
+from functools import partial
+from pathlib import Path
+
+import torch
+from radiance_kernels.shapes import projections
+
+from radiance_bench.kernelbench import ceilings, peers
+from radiance_bench.kernelbench.cases import activations, w4_weight, w4a8_linear
+from radiance_bench.kernelbench.timing import copies_needed, graph_time
+
+DECODE_M = (1, 8, 16)
+PREFILL_M = (2048, 8192)
+SECTIONS = ("ceilings", "decode", "skinny", "prefill", "producer", "stack")
+
+
+def _record(results: list, section: str, kernel: str, t, **fields) -> dict:
+    row = {"section": section, "kernel": kernel, **fields, **t.as_dict()}
+    results.append(row)
+    return row
+
+
+def _peer(results: list, section: str, name: str, build, flops: float, wbytes: int, **meta) -> dict | None:
+    """Time a peer over DRAM-fed copies; ``build(i) -> (call, bytes per copy)``. Failures are recorded."""
+    try:
+        calls = [build(i)[0] for i in range(copies_needed(build(0)[1]))]
+        t = graph_time(calls)
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is recorded, not fatal
+        results.append({"section": section, "kernel": name, "error": f"{type(exc).__name__}: {exc}"[:300], **meta})
+        return None
+    sec = t.best_us * 1e-6
+    return _record(results, section, name, t, TFLOPs=flops / sec / 1e12, weight_TBps=wbytes / sec / 1e12, **meta)
+
+
+def _gemm_call(w, pre, zpe: bool):
+    """The GEMM launch alone on pre-quantised activations ``pre = (A, AS, RS)``."""
+    return lambda: torch.ops.radiance.w4a8_gemm(*pre, w.w.wq, w.w.wh, w.w.sz, w.bounds, w.w.bits, zpe, "auto",
+                                                "triton")
+
+
+def _linear_call(x, w, elem="e4m3", gran="group", zpe=False):
+    return lambda: w4a8_linear(x, w, elem, gran, zpe)
+
+
+def _prologue(x, w, elem="e4m3", gran="group"):
+    return torch.ops.radiance.rotate_quant(x, w.pairs, w.theta, w.cs, elem, gran, "triton")
+
+
+def decode(results: list, ceil: dict, bits_list=(4, 5)) -> None:
+    for proj in projections(1):
+        if proj.name == "gdn.in_proj_ba":
+            continue
+        meta0 = {"proj": proj.name, "N": proj.N, "K": proj.K}
+        for bits in bits_list:
+            n = copies_needed(w4_weight(proj, bits, 0).nbytes)
+            weights = [w4_weight(proj, bits, seed=i) for i in range(n)]
+            for M in DECODE_M:
+                x = activations(M, proj.K, seed=M)
+                variants = [("w4a8 rot+gemm", [_linear_call(x, w) for w in weights])]
+                if bits == 4:
+                    variants.append(("w4a8 gemm only", [_gemm_call(w, _prologue(x, w), False) for w in weights]))
+                for label, calls in variants:
+                    t = graph_time(calls)
+                    tbps = weights[0].nbytes / (t.best_us * 1e-6) / 1e12
+                    _record(results, "decode", f"{label} int{bits}", t, M=M, **meta0, weight_TBps=tbps,
+                            frac_copy=tbps / ceil["copy_TBps"])
+            del weights
+        for M in DECODE_M:
+            meta, fl = {**meta0, "M": M}, 2 * M * proj.N * proj.K
+            _peer(results, "decode", "cuBLAS bf16", partial(peers.cublas_bf16, M, proj.N, proj.K), fl,
+                  proj.N * proj.K * 2, **meta)
+            for kind in ("A16W4", "A8W4"):
+                _peer(results, "decode", f"GemLite {kind}", partial(peers.gemlite, kind, M, proj.N, proj.K), fl,
+                      proj.N * proj.K // 2 + proj.N * proj.K // 128 * 4, **meta)
+
+
+def skinny(results: list, ceil: dict) -> None:
+    proj = next(p for p in projections(1) if p.name == "gdn.in_proj_ba")
+    for M in DECODE_M:
+        g = torch.Generator(device="cuda").manual_seed(M)
+        ws = [torch.randn(proj.N, proj.K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(8)]
+        x = activations(M, proj.K, M)
+        meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
+        t = graph_time([partial(torch.ops.radiance.skinny_gemm, x, w, "triton") for w in ws])
+        _record(results, "skinny", "skinny_gemm", t, **meta)
+        t = graph_time([partial(torch.matmul, x, w.t()) for w in ws])
+        _record(results, "skinny", "cuBLAS bf16", t, **meta)
+
+
+PREFILL_VARIANTS = [("e4m3 token", 4, "e4m3", "token", False), ("e4m3 group", 4, "e4m3", "group", False),
+                    ("e4m3 token ZPE", 4, "e4m3", "token", True), ("int8 group ZPE", 4, "int8", "group", True),
+                    ("e4m3 token", 5, "e4m3", "token", False), ("int8 group ZPE", 5, "int8", "group", True)]
+
+
+def prefill(results: list, ceil: dict) -> None:
+    for proj in projections(1):
+        if proj.name == "gdn.in_proj_ba":
+            continue
+        for M in PREFILL_M:
+            fl = 2 * M * proj.N * proj.K
+            meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
+            ref = _peer(results, "prefill", "_scaled_mm fp8", partial(peers.scaled_mm_fp8, M, proj.N, proj.K), fl,
+                        proj.N * proj.K, **meta)
+            _peer(results, "prefill", "cuBLAS bf16", partial(peers.cublas_bf16, M, proj.N, proj.K), fl,
+                  proj.N * proj.K * 2, **meta)
+            _peer(results, "prefill", "GemLite A8W4", partial(peers.gemlite, "A8W4", M, proj.N, proj.K), fl,
+                  proj.N * proj.K // 2, **meta)
+            x = activations(M, proj.K, seed=M)
+            for label, bits, elem, gran, zpe in PREFILL_VARIANTS:
+                w = w4_weight(proj, bits, seed=0)
+                for what, call in (("gemm", _gemm_call(w, _prologue(x, w, elem, gran), zpe)),
+                                   ("rot+gemm", _linear_call(x, w, elem, gran, zpe))):
+                    t = graph_time([call], min_calls=8)
+                    tf = fl / (t.best_us * 1e-6) / 1e12
+                    _record(results, "prefill", f"w4a8 {what} int{bits} {label}", t, **meta, TFLOPs=tf,
+                            vs_scaled_mm=tf / ref["TFLOPs"] if ref else None)
+
+
+def producer(results: list, ceil: dict, M: int = 8192, K: int = 5120) -> None:
+    from radiance_kernels.formats.rotation import random_rotations
+
+    x = activations(M, K, 0)
+    for P in (1, 2, 3):
+        rot = random_rotations(P, K, seed=P, device="cuda")
+        for elem, gran in (("e4m3", "token"), ("e4m3", "group"), ("int8", "group")):
+            t = graph_time([partial(torch.ops.radiance.rotate_quant, x, *rot, elem, gran, "triton")], min_calls=8)
+            tbps = (M * K * 2 + P * M * K + P * M * (K // 128) * 8) / (t.best_us * 1e-6) / 1e12
+            _record(results, "producer", f"rotate_quant {elem} {gran}", t, M=M, K=K, P=P, TBps=tbps,
+                    frac_copy=tbps / ceil["copy_TBps"])
+
+
+def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
+    """64 layers of the 27B-class linears at decode M, one CUDA graph: step time vs the weight stream."""
+    calls, total = [], 0
+    for proj in projections(1):
+        for layer in range(proj.count):
+            x = activations(M, proj.K, layer)
+            if proj.name == "gdn.in_proj_ba":
+                w = torch.randn(proj.N, proj.K, device="cuda").to(torch.bfloat16)
+                calls.append(partial(torch.ops.radiance.skinny_gemm, x, w, "triton"))
+                total += w.numel() * 2
+            else:
+                w = w4_weight(proj, bits, seed=layer)
+                calls.append(_linear_call(x, w))
+                total += w.nbytes
+    t = graph_time([lambda: [c() for c in calls]], reps=5, min_calls=1)
+    limit_us = total / (ceil["copy_TBps"] * 1e12) * 1e6
+    _record(results, "stack", f"64-layer linears int{bits} M={M}", t, M=M, weight_bytes=total, limit_us=limit_us,
+            vs_limit=t.best_us / limit_us)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--sections", nargs="*", default=list(SECTIONS))
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    import triton
+
+    meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(), "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version()}
+    results: list[dict] = []
+    ceil = ceilings.measure()
+    print("ceilings", json.dumps(ceil), flush=True)
+    for name in args.sections:
+        if name == "ceilings":
+            continue
+        try:
+            globals()[name](results, ceil)
+        except Exception as exc:  # noqa: BLE001 - keep the other sections' figures
+            traceback.print_exc()
+            results.append({"section": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        (args.out / "kernelbench.json").write_text(json.dumps({"meta": meta, "ceilings": ceil,
+                                                              "results": results}, indent=1))
+        print(f"section {name} done ({len(results)} rows)", flush=True)
+    from radiance_bench.kernelbench.report import table
+
+    print(table({"meta": meta, "ceilings": ceil, "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
