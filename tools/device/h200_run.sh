@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One H200 call: full-shape kernel correctness (pytest, RADIANCE_FULL_SHAPES=1) + the kernel benches.
+# Runs from source on the bare GPU image (torch + Triton, no vLLM, no network). Test tools and GemLite
+# travel in the git-ignored .whl/ folder, made here with tools/device/fetch_wheels.sh.
+#   usage (on the GPU machine, repo root): OUT=dir bash tools/device/h200_run.sh [pytest|bench|all] [bench args]
+set -uo pipefail
+what=${1:-all}; shift || true
+OUT=${OUT:-results/h200/local}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/wheels/*.whl \
+  || { echo "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site:packages/radiance-kernels/src:packages/radiance-bench/src:.whl/gemlite_src
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+rc=0
+if [[ $what == pytest || $what == all ]]; then
+  RADIANCE_FULL_SHAPES=1 python3 -m pytest packages/radiance-kernels/tests -q -p no:cacheprovider \
+    --timeout 900 -x --durations 15 2>&1 | tee "$OUT/pytest.log" | tail -40
+  rc=${PIPESTATUS[0]}
+fi
+if [[ $what == bench || $what == all ]]; then
+  python3 -m radiance_bench.kernelbench.run --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -120
+fi
+exit $rc
