@@ -16,7 +16,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 rc=0
 if [[ $what == pytest || $what == all ]]; then
   RADIANCE_FULL_SHAPES=1 python3 -m pytest packages/radiance-kernels/tests -q -p no:cacheprovider \
-    --timeout 900 -x --durations 15 2>&1 | tee "$OUT/pytest.log" | tail -40
+    --timeout 900 --durations 15 ${PYTEST_ARGS:--x} 2>&1 | tee "$OUT/pytest.log" | tail -40
   rc=${PIPESTATUS[0]}
 fi
 if [[ $what == bench || $what == all ]]; then
