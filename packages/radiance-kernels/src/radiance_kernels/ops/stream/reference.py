@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from radiance_kernels.formats.rotation import GROUP
+from radiance_kernels.ops.rotate_quant.reference import rotate_quant
 
 # fp32-exact constants shared with the kernels
 LOG2E = 1.4426950216293335
@@ -99,11 +100,28 @@ def check_weight(w: torch.Tensor, name: str, sizes: tuple[int, ...], dtype: torc
                          f"{' or '.join(map(str, sizes))}, got {w.dtype} {list(w.shape)}")
 
 
-def add_rms_norm(x, residual, weight, eps: float, gemma: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def check_add_rms_norm(x, residual, weight) -> None:
     check_act(x, "add_rms_norm: x")
     check_act(residual, "add_rms_norm: residual", like=x)
+    check_weight(weight, "add_rms_norm: weight", (x.shape[1],), x.dtype)
+
+
+def check_gated(kind: str, x, gate, weight) -> None:
+    if kind not in GATED_KINDS:
+        raise ValueError(f"gated: kind must be one of {GATED_KINDS}, got {kind!r}")
+    check_act(x, f"{kind}: x")
+    check_act(gate, f"{kind}: gate", like=x)
+    if kind == "gated_rms_norm":
+        if weight is None:
+            raise ValueError("gated_rms_norm: weight is required")
+        check_weight(weight, "gated_rms_norm: weight", (GROUP, x.shape[1]), x.dtype)
+    elif weight is not None:
+        raise ValueError(f"{kind}: takes no weight")
+
+
+def add_rms_norm(x, residual, weight, eps: float, gemma: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    check_add_rms_norm(x, residual, weight)
     M, K = x.shape
-    check_weight(weight, "add_rms_norm: weight", (K,), x.dtype)
     dt = x.dtype
     res = (x.float() + residual.float()).to(dt)
     s = res.float().reshape(M, K // GROUP, GROUP)
@@ -117,23 +135,28 @@ def add_rms_norm(x, residual, weight, eps: float, gemma: bool) -> tuple[torch.Te
 
 
 def gated(kind: str, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """silu_mul: round(round(silu(gate))·x); sigmoid_gate: round(x·round(sigmoid(gate)));
-    gated_rms_norm: per-head round(((x·inv)·w)·silu(gate))."""
-    check_act(x, f"{kind}: x")
-    check_act(gate, f"{kind}: gate", like=x)
+    """silu_mul (x = up, gate = gate half): round(round(silu(gate))·x); sigmoid_gate:
+    round(x·round(sigmoid(gate))); gated_rms_norm (gate = z): per-head round(((x·inv)·w)·silu(gate))."""
+    check_gated(kind, x, gate, weight)
     dt = x.dtype
     xf, gf = x.float(), gate.float()
     if kind == "silu_mul":
         return (_rounded(silu(gf), dt) * xf).to(dt)
     if kind == "sigmoid_gate":
         return (xf * _rounded(sigmoid(gf), dt)).to(dt)
-    if kind != "gated_rms_norm":
-        raise ValueError(f"gated: kind must be one of {GATED_KINDS}, got {kind!r}")
     M, K = x.shape
-    if weight is None:
-        raise ValueError("gated_rms_norm: weight is required")
-    check_weight(weight, "gated_rms_norm: weight", (GROUP, K), x.dtype)
     h = xf.reshape(M, K // GROUP, GROUP)
     inv = rms_inv(tree(h * h), GROUP, eps)[..., None]
     w = weight.float().reshape(-1, GROUP)
     return (((h * inv) * w) * silu(gf).reshape(M, K // GROUP, GROUP)).reshape(M, K).to(dt)
+
+
+def add_rms_norm_rotate_quant(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity):
+    """The unfused chain: :func:`add_rms_norm` then the reference ``rotate_quant`` of hs."""
+    hs, res = add_rms_norm(x, residual, weight, eps, gemma)
+    return (hs, res, *rotate_quant(hs, pairs, theta, channel_scales, elem, granularity))
+
+
+def gated_rotate_quant(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity):
+    """The unfused chain: :func:`gated` then the reference ``rotate_quant``."""
+    return rotate_quant(gated(kind, x, gate, weight, eps), pairs, theta, channel_scales, elem, granularity)

@@ -1,0 +1,153 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import FULL_SHAPES
+from test_rotate_quant import VARIANTS, activations, assert_same, poisoned
+
+from radiance_kernels.formats.rotation import random_rotations
+from radiance_kernels.ops.stream import reference
+from radiance_kernels.ops.stream import triton as st
+
+# launch names; "_k" = gated_rms_norm with a [K] weight instead of the shared [128] one
+PRODUCERS = ("add_rms", "add_rms_gemma", "silu_mul", "sigmoid_gate", "gated_rms_norm", "gated_rms_norm_k")
+EPS = 1e-6
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # exp → inf
+
+
+def inputs(name: str, M: int, K: int, dtype, seed: int, device):
+    a = activations(M, K, dtype, seed=seed, device=device)
+    b = activations(M, K, dtype, seed=seed + 1, device=device).flip(0)  # zero/subnormal rows land elsewhere
+    gen = torch.Generator().manual_seed(seed)
+    wk = 128 if name == "gated_rms_norm" else K
+    w = (torch.randn(wk, generator=gen) * 0.3 + (0 if name == "add_rms_gemma" else 1)).to(dtype).to(device)
+    return a, b, (None if name in ("silu_mul", "sigmoid_gate") else w)
+
+
+def plain_reference(name, a, b, w):
+    if name.startswith("add_rms"):
+        return reference.add_rms_norm(a, b, w, EPS, gemma=name == "add_rms_gemma")
+    return (reference.gated(name.removesuffix("_k"), a, b, w, EPS),)
+
+
+def launch(name, a, b, w, **kw):
+    return st.launch(name.removesuffix("_k"), a, b, w, EPS, **kw)
+
+
+def poisoned_hs(name, M, K, dtype, device):
+    out = {"hs": torch.full((M, K), float("nan"), dtype=dtype, device=device)}
+    if name.startswith("add_rms"):
+        out["residual"] = torch.full((M, K), float("nan"), dtype=dtype, device=device)
+    return out
+
+
+def check_family(name, M, K, P, dtype, device, variants, hw=False):
+    """Plain kernel == plain reference; fused kernel == reference chain (producer → rotate_quant)."""
+    a, b, w = inputs(name, M, K, dtype, seed=M + K, device=device)
+    plain = plain_reference(name, a, b, w)
+    got = launch(name, a, b, w, store_hs=True, out=poisoned_hs(name, M, K, dtype, device))
+    for want, key in zip(plain, ("hs", "residual")):
+        assert torch.equal(got[key].view(torch.int16 if dtype != torch.float32 else torch.int32),
+                           want.view(torch.int16 if dtype != torch.float32 else torch.int32)), key
+    recs = random_rotations(P, K, seed=P, device=device)
+    norm = name.startswith("add_rms")
+    for elem, granularity in variants:
+        want = reference.rotate_quant(plain[0], *recs, elem, granularity)
+        out = poisoned(P, M, K, elem, granularity, device)
+        if norm:
+            out.update(poisoned_hs(name, M, K, dtype, device))
+        got = launch(name, a, b, w, rotation=recs, elem=elem, granularity=granularity, store_hs=norm, hw=hw, out=out)
+        assert_same(got, want)
+        if norm:
+            assert torch.equal(got["hs"], plain[0]) and torch.equal(got["residual"], plain[1])
+
+
+CASES = [(torch.bfloat16, 2, 5, 256), (torch.float16, 3, 16, 384), (torch.float32, 1, 3, 128)]
+
+
+@pytest.mark.parametrize("name", PRODUCERS)
+@pytest.mark.parametrize("dtype, P, M, K", CASES)
+def test_fused_equals_chain_bytewise(device, name, dtype, P, M, K):
+    check_family(name, M, K, P, dtype, device, VARIANTS if dtype == torch.bfloat16 else VARIANTS[::3])
+
+
+def test_ops_dispatch_and_outputs(device):
+    M, K, P = 4, 256, 2
+    a, b, w = inputs("add_rms_gemma", M, K, torch.bfloat16, 7, device)
+    recs = random_rotations(P, K, seed=5, device=device)
+    outs = [torch.ops.radiance.add_rms_norm_rotate_quant(a, b, w, EPS, True, *recs, "e4m3", "group", be)
+            for be in ("reference", "triton")]
+    for u, v in zip(*outs):
+        assert torch.equal(u, v)
+    g_u = torch.cat([b, a], dim=1)  # vLLM's gate_up layout: strided halves
+    outs = [torch.ops.radiance.gated("silu_mul", g_u[:, K:], g_u[:, :K], None, 0.0, be) for be in ("reference", "triton")]
+    assert torch.equal(*outs)
+    with pytest.raises(ValueError, match="takes no weight"):
+        torch.ops.radiance.gated("sigmoid_gate", a, b, w, 0.0, "reference")
+    with pytest.raises(ValueError, match="weight must be a contiguous 1-D"):
+        torch.ops.radiance.add_rms_norm(a, b, w.float(), EPS, False, "triton")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        torch.ops.radiance.gated("gelu", a, b, None, 0.0, "reference")
+
+
+def test_producers_follow_vllm_semantics():
+    """The radiance producers (own exp, tree sums) against the torch formulas vLLM uses: residual exact,
+    outputs within one bf16 ulp and nearly always equal."""
+    M, K = 16, 512
+    x, r = torch.randn(M, K).to(torch.bfloat16), torch.randn(M, K).to(torch.bfloat16)
+    w = (torch.randn(K) * 0.3 + 1).to(torch.bfloat16)
+
+    def close(got, want, frac):
+        diff = (got.view(torch.int16).int() - want.view(torch.int16).int()).abs()
+        assert diff.max() <= 1 and (diff == 0).float().mean() >= frac
+
+    for gemma in (False, True):
+        hs, res = reference.add_rms_norm(x, r, w, EPS, gemma)
+        s = (x.float() + r.float()).to(torch.bfloat16)
+        assert torch.equal(res, s)
+        n = s.float() * torch.rsqrt(s.float().pow(2).mean(-1, keepdim=True) + EPS)
+        close(hs, (n * (w.float() + 1.0)).to(torch.bfloat16) if gemma else n.to(torch.bfloat16) * w, 0.99)
+    g, u = torch.randn(M, K).to(torch.bfloat16) * 4, torch.randn(M, K).to(torch.bfloat16)
+    close(reference.gated("silu_mul", u, g, None, 0.0), F.silu(g) * u, 0.999)
+    close(reference.gated("sigmoid_gate", u, g, None, 0.0), u * torch.sigmoid(g), 0.999)
+    wh = w[:128].contiguous()
+    h = u.float().reshape(M, -1, 128)
+    n = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS) * wh.float()
+    close(reference.gated("gated_rms_norm", u, g, wh, EPS), (n.reshape(M, K) * F.silu(g.float())).to(torch.bfloat16), 0.99)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, K, backend):
+        super().__init__()
+        self.recs = random_rotations(2, K, seed=1)
+        self.w = (torch.ones(K) * 0.1).to(torch.bfloat16)
+        self.backend = backend
+
+    def forward(self, x, residual):
+        hs, residual, A, AS, RS = torch.ops.radiance.add_rms_norm_rotate_quant(
+            x, residual, self.w, EPS, True, *self.recs, "e4m3", "group", self.backend)
+        A2, AS2, RS2 = torch.ops.radiance.rotate_quant(hs, *self.recs, "int8", "token", self.backend)
+        A3, AS3, RS3 = torch.ops.radiance.gated_rotate_quant("silu_mul", hs, x, None, 0.0, *self.recs,
+                                                             "e4m3", "token", self.backend)
+        return (residual, A.float().sum() + AS.sum() + RS.sum(), A2.float() * AS2[..., None], RS3 + AS3[..., None],
+                torch.ops.radiance.gated("sigmoid_gate", hs, x, None, 0.0, self.backend))
+
+
+@pytest.mark.parametrize("backend", ("reference", "triton"))
+def test_torch_compile_fullgraph(backend):
+    torch._dynamo.reset()
+    K = 256
+    x, r = torch.randn(3, K).to(torch.bfloat16), torch.randn(3, K).to(torch.bfloat16)
+    m = _Block(K, backend)
+    eager = m(x, r)
+    compiled = torch.compile(m, fullgraph=True, backend="aot_eager")(x, r)
+    for u, v in zip(eager, compiled):
+        assert torch.equal(u, v)
+
+
+@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a GPU")
+@pytest.mark.parametrize("K", (5120, 17408))
+@pytest.mark.parametrize("M", (1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192))
+def test_full_shapes_fused_equals_chain_gpu(K, M):
+    for i, name in enumerate(PRODUCERS):
+        j = M + i
+        check_family(name, M, K, 1 + j % 3, torch.bfloat16, "cuda", [VARIANTS[0], VARIANTS[j % 4]], hw=True)
