@@ -1,8 +1,16 @@
-"""radiance-vllm. Checks the radiance-kernels op manifest at import: a missing or renamed kernel fails here."""
+"""radiance-vllm: the vLLM plugin serving Radiance checkpoints through radiance-kernels.
 
-import radiance_kernels
+:func:`check_kernels` checks the radiance-kernels op manifest against :data:`REQUIRED_OPS`; the plugin's
+``register()`` calls it first (a missing or renamed op stops vLLM at start), and so does the import of
+:mod:`radiance_vllm.kernel_calls`, the one module that calls ``torch.ops.radiance``.
+"""
 
 #: The kernel ops this package calls, with the exact versions it was written against.
-REQUIRED_OPS = {"e4m3_encode": 1, "e4m3_decode": 1}
+REQUIRED_OPS = {"rotate_quant": 1, "w4a8_gemm": 1}
 
-radiance_kernels.require("radiance-vllm", REQUIRED_OPS)
+
+def check_kernels() -> None:
+    """Raise ImportError naming every required op that is missing, renamed or at another version."""
+    import radiance_kernels
+
+    radiance_kernels.require("radiance-vllm", REQUIRED_OPS)

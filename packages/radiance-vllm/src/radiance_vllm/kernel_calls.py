@@ -1,0 +1,30 @@
+"""The one module that calls ``torch.ops.radiance`` (radiance-kernels); importing it checks the manifest.
+
+Each function is a thin, typed call of one op with this process's backend; shapes follow the ops' docs:
+``rotate_quant`` turns x [M, K] into R rotated+quantized copies (A [R, M, K], AS, RS); the GEMMs take
+those plus the prepared weights and the run bounds [R + 1], and return [M, N] in bf16.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radiance_vllm import check_kernels
+
+check_kernels()
+
+import radiance_kernels.ops  # noqa: E402  (registers torch.ops.radiance.*)
+from radiance_kernels.ops.w4a8_gemm import prepare as _prepare_w4a8  # noqa: E402
+
+
+def prepare_w4a8(qweight, qzeros, scales, qweight_hi=None, qzeros_hi=None):
+    """AWQ checkpoint tensors → the w4a8 kernel's weight layout (once per layer, at load)."""
+    return _prepare_w4a8(qweight, qzeros, scales, qweight_hi, qzeros_hi)
+
+
+def rotate_quant(x: torch.Tensor, pairs, theta, scales, elem: str, granularity: str, backend: str):
+    return torch.ops.radiance.rotate_quant(x, pairs, theta, scales, elem, granularity, backend)
+
+
+def w4a8_gemm(A, AS, RS, w, bounds: list[int], zpe: bool, backend: str) -> torch.Tensor:
+    return torch.ops.radiance.w4a8_gemm(A, AS, RS, w.wq, w.wh, w.sz, bounds, w.bits, zpe, "auto", backend)
