@@ -30,15 +30,9 @@ _SMS = 132  # H200
 
 
 @triton.jit
-def _w4a8_kernel(
-    a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, out_ptr,
-    M, N, K, b1, b2, stride_om, groups_per_split,
-    BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, ZPE: tl.constexpr,
-    SPLIT: tl.constexpr, HW: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BG: tl.constexpr, GROUP_M: tl.constexpr,
-):
+def tile_coords(M, N, b1, b2, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grouped launch order → (pid_m, pid_n, partition of the N-block: count of bounds b1, b2 <= n0)."""
     pid = tl.program_id(0)
-    pid_s = tl.program_id(1)
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     width = GROUP_M * num_n
@@ -46,12 +40,31 @@ def _w4a8_kernel(
     rows = tl.minimum(num_m - first_m, GROUP_M)
     pid_m = first_m + (pid % width) % rows
     pid_n = (pid % width) // rows
-
-    G = K // BK
     n0 = pid_n * BN
     part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    return pid_m, pid_n, part
+
+
+@triton.jit
+def load_nibbles(w_ptr, k0, offs_n, mask_n, N, BK: tl.constexpr, BN: tl.constexpr):
+    """[BK, BN] int32 codes from K-packed words ``w [K/8, N]`` (nibble j of row i = k 8i + j), k0 % 8 == 0."""
+    words = tl.load(w_ptr + (k0 // 8 + tl.arange(0, BK // 8))[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
+    return tl.reshape((words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 15, (BK, BN))
+
+
+@triton.jit
+def _w4a8_kernel(
+    a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, out_ptr,
+    M, N, K, b1, b2, stride_om, groups_per_split,
+    BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, ZPE: tl.constexpr,
+    SPLIT: tl.constexpr, HW: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BG: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    pid_m, pid_n, part = tile_coords(M, N, b1, b2, BM, BN, GROUP_M)
+    pid_s = tl.program_id(1)
+    G = K // BK
     offs_m = pid_m * BM + tl.arange(0, BM)
-    offs_n = n0 + tl.arange(0, BN)
+    offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
     mask_m = offs_m < M
     mask_n = offs_n < N
@@ -61,9 +74,7 @@ def _w4a8_kernel(
         as_rows = as_ptr + part * M * G + offs_m * G
     else:
         as_rows = as_ptr + part * M + offs_m
-    offs_q = tl.arange(0, BK // 8)  # word rows of a K tile; nibble j of a word = k offset j
     offs_h = tl.arange(0, BK // 32)
-    shift_q = tl.arange(0, 8) * 4
     shift_h = tl.arange(0, 32)
     OFF: tl.constexpr = 1 << (BITS - 1)
 
@@ -73,8 +84,7 @@ def _w4a8_kernel(
     for g in range(g_lo, g_hi):
         k0 = g * BK
         a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0)
-        wq = tl.load(wq_ptr + (k0 // 8 + offs_q)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
-        c = tl.reshape((wq[:, None, :] >> shift_q[None, :, None]) & 15, (BK, BN))
+        c = load_nibbles(wq_ptr, k0, offs_n, mask_n, N, BK, BN)
         if BITS == 5:
             wh = tl.load(wh_ptr + (k0 // 32 + offs_h)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
             c = c | (tl.reshape((wh[:, None, :] >> shift_h[None, :, None]) & 1, (BK, BN)) << 4)
@@ -145,35 +155,48 @@ def config(M: int, N: int, K: int, band: str, interp: bool) -> dict:
     return dict(BM=bm, BN=128, GROUP_M=8, per=G, splits=1, num_warps=8, num_stages=3)
 
 
-def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "auto",
-         out: torch.Tensor | None = None) -> torch.Tensor:
-    """Triton W4A8/W5A8 GEMM → bf16 [M, N] (or rows < M of ``out``)."""
-    P, M, K, N, grouped = check_inputs(A, AS, RS, w, bounds, "w4a8_gemm")
+def resolve_band(band: str, M: int, op: str) -> str:
     if band == "auto":
-        band = "decode" if M <= DECODE_MAX_M else "prefill"
+        return "decode" if M <= DECODE_MAX_M else "prefill"
     if band not in ("decode", "prefill"):
-        raise ValueError(f"w4a8_gemm: band must be 'auto', 'decode' or 'prefill', got {band!r}")
+        raise ValueError(f"{op}: band must be 'auto', 'decode' or 'prefill', got {band!r}")
+    return band
+
+
+def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
+           tensors: tuple, **constexprs) -> torch.Tensor:
+    """Shared band/tile/partition plumbing: ``kernel(*tensors, dst, M, N, K, b1, b2, stride_om,
+    groups_per_split, ..., SPLIT, HW, BM, BN, BK, GROUP_M)``; split-K partials are summed here."""
     if out is None:
-        out = torch.empty(M, N, dtype=torch.bfloat16, device=A.device)
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=device)
     else:
-        check_out(out, M, N, "w4a8_gemm")
+        check_out(out, M, N, op)
     if M == 0:
         return out
     interp = triton_interpreted()
-    cfg = config(M, N, K, band, interp)
+    cfg = config(M, N, K, resolve_band(band, M, op), interp)
     bn = _block_n(bounds, cfg["BN"])
     b = list(bounds) + [N] * (4 - len(bounds))
     split = cfg["splits"] > 1
-    dst = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=A.device) if split else out
-    wh = w.wh if w.bits == 5 else w.wq  # unused pointer for int4
+    dst = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=device) if split else out
     grid = (triton.cdiv(M, cfg["BM"]) * triton.cdiv(N, bn), cfg["splits"])
-    _w4a8_kernel[grid](
-        A.contiguous(), AS.contiguous(), RS.contiguous(), w.wq, wh, w.sz, dst,
-        M, N, K, b[1], b[2], out.stride(0), cfg["per"],
-        BITS=w.bits, INT8=A.dtype == torch.int8, GROUP_AS=grouped, ZPE=zpe, SPLIT=split, HW=not interp,
-        BM=cfg["BM"], BN=bn, BK=GROUP, BG=16, GROUP_M=cfg["GROUP_M"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    kernel[grid](
+        *tensors, dst, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
+        SPLIT=split, HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP, GROUP_M=cfg["GROUP_M"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **constexprs,
     )
     if split:
         out[:M].copy_(dst.sum(0))
     return out
+
+
+def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "auto",
+         out: torch.Tensor | None = None) -> torch.Tensor:
+    """Triton W4A8/W5A8 GEMM → bf16 [M, N] (or rows < M of ``out``)."""
+    P, M, K, N, grouped = check_inputs(A, AS, RS, w, bounds, "w4a8_gemm")
+    wh = w.wh if w.bits == 5 else w.wq  # unused pointer for int4
+    return launch(
+        _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
+        (A.contiguous(), AS.contiguous(), RS.contiguous(), w.wq, wh, w.sz),
+        BITS=w.bits, INT8=A.dtype == torch.int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
+    )

@@ -1,0 +1,67 @@
+"""MXFP4 x e4m3 GEMM kernel (layout and math: :mod:`.reference`); bands, tiles, grouped order and
+partition select are the W4A8 GEMM's (:func:`radiance_kernels.ops.w4a8_gemm.triton.launch`).
+
+Convert-and-dot: per 128-k tile the e2m1 codes are decoded and multiplied by their block's 2^(e-127)
+(exact in fp32 and in bf16), the e4m3 activations are upcast exactly, and one ``tl.dot`` accumulates in
+fp32 — bf16 operands on GPUs (products exact), fp32 under the interpreter (whose bf16 dot is wrong;
+its Triton 3.7 has no ``dot_scaled``). The per-token scale is applied in the epilogue.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from radiance_kernels.ops.mxfp4_gemm.reference import MXPrepared, check_inputs
+from radiance_kernels.ops.w4a8_gemm.triton import launch, load_nibbles, tile_coords
+from radiance_kernels.tl.bf16 import to_bf16
+
+
+@triton.jit
+def _mxfp4_kernel(
+    a_ptr, as_ptr, wp_ptr, ws_ptr, out_ptr,
+    M, N, K, b1, b2, stride_om, groups_per_split,
+    SPLIT: tl.constexpr, HW: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    pid_m, pid_n, part = tile_coords(M, N, b1, b2, BM, BN, GROUP_M)
+    pid_s = tl.program_id(1)
+    G = K // BK
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    a_rows = a_ptr + part.to(tl.int64) * M * K + offs_m.to(tl.int64)[:, None] * K
+    g_lo = pid_s * groups_per_split
+    g_hi = tl.minimum(g_lo + groups_per_split, G)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for g in range(g_lo, g_hi):
+        k0 = g * BK
+        a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0).to(tl.float8e4nv, bitcast=True)
+        c = load_nibbles(wp_ptr, k0, offs_n, mask_n, N, BK, BN)
+        e = tl.load(ws_ptr + (k0 // 32 + tl.arange(0, BK // 32))[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=127)
+        e = e.to(tl.int32)
+        scale = tl.where(e == 0, 5.877471754111438e-39, (e << 23).to(tl.float32, bitcast=True))  # 2^(e-127)
+        scale = tl.reshape(tl.broadcast_to(scale[:, None, :], (BK // 32, 32, BN)), (BK, BN))
+        j = c & 7
+        mag = tl.where(j < 2, j.to(tl.float32) * 0.5, ((((j >> 1) + 126) << 23) | ((j & 1) << 22)).to(tl.float32, bitcast=True))
+        w = tl.where(c >= 8, -mag, mag) * scale
+        if HW:
+            acc = tl.dot(a.to(tl.bfloat16), w.to(tl.bfloat16), acc)
+        else:
+            acc = tl.dot(a.to(tl.float32), w, acc)
+    acc *= tl.load(as_ptr + part * M + offs_m, mask=mask_m, other=0.0)[:, None]
+    mask = mask_m[:, None] & mask_n[None, :]
+    if SPLIT:
+        tl.store(out_ptr + pid_s.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :], acc, mask=mask)
+    else:
+        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], to_bf16(acc, not HW), mask=mask)
+
+
+def gemm(A, AS, w: MXPrepared, bounds: list[int], band: str = "auto", out: torch.Tensor | None = None) -> torch.Tensor:
+    """Triton MXFP4 x e4m3 GEMM → bf16 [M, N] (or rows < M of ``out``)."""
+    P, M, K, N = check_inputs(A, AS, w, bounds, "mxfp4_gemm")
+    return launch(_mxfp4_kernel, M, N, K, bounds, band, out, A.device, "mxfp4_gemm",
+                  (A.contiguous(), AS.contiguous(), w.wp, w.ws))
