@@ -190,3 +190,25 @@ def test_full_shapes(proj):
         r, mx = rel(out[:M], ref)
         assert r <= REL and mx <= 4 * REL, (proj, M, bits, elem, grouped, zpe, r, mx)
         assert torch.all(out[M:] == 5.0)
+
+
+@pytest.mark.parametrize("elem,granularity,zpe", [("e4m3", "token", False), ("int8", "group", True)])
+def test_fed_by_rotate_quant(elem, granularity, zpe, device):
+    """rotate_quant's (A, AS, RS) into the GEMM: kernel == reference at the bf16 floor, and the result is
+    the rotated-activation GEMM up to the 8-bit activation quantisation."""
+    from radiance_kernels.formats.rotation import random_rotations, rotate
+
+    P, M, K, N, bounds = 2, 6, 256, 256, [0, 128, 256]
+    pairs, theta, cs = random_rotations(P, K, seed=4, device=device)
+    x = torch.randn(M, K, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16).to(device)
+    A, AS, RS = torch.ops.radiance.rotate_quant(x, pairs, theta, cs, elem, granularity, "reference")
+    codes, zeros, scales = weights(K, N, 5, device=device)
+    w = prepare_codes(codes, zeros, scales, 5)
+    ref = call(A, AS, RS, w, bounds, zpe, "auto", "reference")
+    out = call(A, AS, RS, w, bounds, zpe, "auto", "triton")
+    r, mx = rel(out, ref)
+    assert r <= REL and mx <= 4 * REL
+    W = awq.dequantize(codes.cpu(), zeros.cpu(), scales.cpu()).double()
+    exact = torch.cat([rotate(x.cpu(), pairs[p].cpu(), theta[p].cpu(), cs[p].cpu(), torch.float64)
+                       @ W[:, bounds[p]:bounds[p + 1]] for p in range(P)], dim=1)
+    assert rel(ref.cpu(), exact)[0] < 0.05
