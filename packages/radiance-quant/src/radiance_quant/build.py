@@ -84,7 +84,6 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
                 raise CheckpointError(f"{base.dir}: missing tensor {m}.weight (quantized in {rot.dir})")
     else:
         krot, mods = KROT, targets(base)
-    index = {m: i for i, m in enumerate(mods)}
 
     def records(m: str, K: int):
         if rot is None:
@@ -99,6 +98,14 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
         return r
 
     figures: dict[str, dict] = {}
+    index = {m: i for i, m in enumerate(mods)}
+    for m in mods:  # check every input before the output directory is touched
+        dt, sh = base.spec(f"{m}.weight")
+        if len(sh) != 2 or not dt.is_floating_point or sh[1] % GROUP or sh[0] % 32:
+            raise CheckpointError(f"{base.file_of(m + '.weight')}: tensor {m}.weight: expected a float [N, K] "
+                                  f"with K % 128 == 0 and N % 32 == 0, got {dt} {list(sh)}")
+        if rot is not None:
+            records(m, sh[1])
 
     def convert(unit: str, names: list[str]) -> dict[str, torch.Tensor]:
         out = {}
@@ -108,12 +115,7 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
                 out[n] = base.get(n)
                 continue
             w0 = base.get(n)
-            if w0.dim() != 2 or not w0.dtype.is_floating_point:
-                raise CheckpointError(f"{base.file_of(n)}: tensor {n}: expected a 2-D float weight, got "
-                                      f"{w0.dtype} {list(w0.shape)}")
             N, K = w0.shape
-            if K % GROUP or N % 32:
-                raise CheckpointError(f"{base.file_of(n)}: tensor {n}: [N, K] = {[N, K]} needs K % 128 == 0, N % 32 == 0")
             pairs, theta, cs = records(m, K)
             wt = to_rotated(w0, pairs, theta, cs)
             q = quant_tensors(wt, fmt, pow2, rule)

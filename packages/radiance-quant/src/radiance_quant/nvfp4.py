@@ -128,6 +128,11 @@ def convert(src_dir, out_dir, rule: str = "mse", fp8_layers: str = "mxfp4", lm_h
     kinds = {m: module_kind(src, m) for m in _modules(src)}
     if "nvfp4" not in kinds.values():
         raise CheckpointError(f"{src.dir}: no NVFP4 module (no *.weight_packed tensor)")
+    for m, k in kinds.items():  # scales are small: check them all before the output directory is touched
+        for name in {"nvfp4": ("weight_scale", "weight_global_scale"), "fp8": ("weight_scale",)}.get(k, ()):
+            s = src.get(f"{m}.{name}").to(torch.float32)
+            if not torch.isfinite(s).all() or (name == "weight_global_scale" and (s <= 0).any()):
+                raise CheckpointError(f"{src.file_of(f'{m}.{name}')}: tensor {m}.{name}: non-finite or zero scale")
     figures: dict[str, dict] = {}
 
     def target(m: str) -> str:

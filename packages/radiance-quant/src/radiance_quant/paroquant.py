@@ -43,7 +43,8 @@ def quant_config(ck: Checkpoint) -> dict:
     qc = ck.config.get("quantization_config")
     where = ck.dir / "config.json"
     if not isinstance(qc, dict) or qc.get("quant_method") != "paroquant":
-        raise CheckpointError(f"{where}: quantization_config.quant_method is not 'paroquant' ({qc!r})")
+        got = qc.get("quant_method") if isinstance(qc, dict) else qc
+        raise CheckpointError(f"{where}: quantization_config.quant_method is not 'paroquant' ({got!r})")
     if qc.get("bits") not in (4, 5) or qc.get("group_size") != GROUP or not isinstance(qc.get("krot"), int):
         raise CheckpointError(f"{where}: quantization_config needs bits 4|5, group_size 128, integer krot; got {qc}")
     return qc
