@@ -1,7 +1,6 @@
 import pytest
 import torch
 from conftest import FULL_SHAPES
-
 from radiance_kernels import BackendUnavailableError
 from radiance_kernels.formats import e4m3
 from radiance_kernels.formats.rotation import random_rotations, rotate
@@ -36,7 +35,7 @@ def poisoned(P: int, M: int, K: int, elem: str, granularity: str, device) -> dic
 
 
 def assert_same(got: dict, want: tuple) -> None:
-    for name, w in zip(("A", "AS", "RS"), want):
+    for name, w in zip(("A", "AS", "RS"), want, strict=True):
         g = got[name]
         assert g.dtype == w.dtype and g.shape == w.shape, name
         bad = (g.view(torch.uint8) != w.view(torch.uint8)) if g.dtype.itemsize == 1 else \
@@ -67,7 +66,7 @@ def test_strided_rows_and_op_dispatch(device):
         want = reference.rotate_quant(x.contiguous(), *recs, elem, granularity)
         for backend in ("reference", "triton"):
             got = torch.ops.radiance.rotate_quant(x, *recs, elem, granularity, backend)
-            assert_same(dict(zip(("A", "AS", "RS"), got)), want)
+            assert_same(dict(zip(("A", "AS", "RS"), got, strict=True)), want)
 
 
 def test_reference_semantics():

@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from radiance_kernels.formats import rotation
 from radiance_kernels.formats.rotation import dense_matrix, random_rotation, rotate, validate_rotation
 
@@ -9,7 +8,7 @@ def test_random_rotation_is_valid_and_deterministic():
     a = random_rotation(384, seed=3)
     b = random_rotation(384, seed=3)
     validate_rotation(*a)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     assert not torch.equal(a[0], random_rotation(384, seed=4)[0])
     assert [t.shape for t in a] == [(8, 384), (8, 192), (1, 384)]
 

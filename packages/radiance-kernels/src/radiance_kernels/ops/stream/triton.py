@@ -1,7 +1,7 @@
 """The prologue kernel: producer → (channel scale + Givens rotation + 8-bit quant), one launch.
 
 One program per (partition p, BM-row block, group chunk). ``PRODUCER`` picks what feeds the rotation
-(0 none = ``rotate_quant``, 1 add+RMSNorm, 2 add+GemmaRMSNorm, 3 silu_mul, 4 sigmoid_gate,
+(0 none = ``rotate_quant``, 1 add+RMSNorm — Gemma weight when ``GEMMA`` —, 3 silu_mul, 4 sigmoid_gate,
 5 per-head gated RMSNorm); ``QUANT=False`` runs the plain producer (no rotation). A row-wide step
 (the RMSNorm's sum of squares, the per-token amax) makes the program own all groups of its rows and
 loop over them (recomputing the producer and rotation per pass instead of parking the row); otherwise
@@ -20,7 +20,7 @@ from radiance_kernels.ops.rotate_quant import reference as rq_ref
 from radiance_kernels.ops.rotate_quant.triton import load_f32, quant_store, rotate_group, round_to, store_dt
 from radiance_kernels.ops.stream import reference as ref
 
-PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 2, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
+PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 1, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
 _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 _LOG2E: tl.constexpr = tl.constexpr(ref.LOG2E)
@@ -85,7 +85,8 @@ def _rms_inv(ss, n, eps):
 @triton.jit
 def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
              rows, rmask, cols, g, K, inv,
-             PRODUCER: tl.constexpr, DT: tl.constexpr, STORE: tl.constexpr, BM: tl.constexpr):
+             PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, STORE: tl.constexpr,
+             BM: tl.constexpr):
     """The producer's output for group g of the tile's rows, as DT-rounded fp32 [BM, 128]."""
     r64 = rows.to(tl.int64)[:, None]
     m2 = rmask[:, None]
@@ -94,11 +95,11 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, re
         v = xa
     else:
         xb = load_f32(b_ptr, r64 * stride_b + g * 128 + cols[None, :], m2, DT)
-        if PRODUCER == 1 or PRODUCER == 2:
+        if PRODUCER == 1:
             s = round_to(xa + xb, DT)
             n = s * inv[:, None]
             w = load_f32(w_ptr, g * 128 + cols, cols < 128, DT)[None, :]
-            if PRODUCER == 2:
+            if GEMMA:
                 v = round_to(n * (w + 1.0), DT)
             else:
                 v = round_to(round_to(n, DT) * w, DT)
@@ -122,7 +123,7 @@ def _prologue_kernel(
     a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
     mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, inv_qmax,
     M, K, G, GPP,
-    PRODUCER: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
+    PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
 ):
     p = tl.program_id(0)
@@ -133,7 +134,7 @@ def _prologue_kernel(
     g0 = tl.program_id(2) * GPP
     g1 = tl.minimum(g0 + GPP, G)
     inv = tl.zeros((BM,), tl.float32)
-    if PRODUCER == 1 or PRODUCER == 2:
+    if PRODUCER == 1:
         ss = tl.zeros((BM,), tl.float32)
         for g in range(0, G):
             r64 = rows.to(tl.int64)[:, None]
@@ -142,24 +143,24 @@ def _prologue_kernel(
             s = round_to(xa + xb, DT)
             ss = ss + _tree(s * s, BM)
         inv = _rms_inv(ss, K.to(tl.float32), eps)
-    if QUANT and TOKEN:
+    if TOKEN:
         amax = tl.zeros((BM,), tl.float32)
         for g in range(0, G):
             v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
-                         rows, rmask, cols, g, K, inv, PRODUCER, DT, False, BM)
+                         rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, False, BM)
             v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
             amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
         scale = amax * inv_qmax
         tl.store(as_ptr + p * M + rows, scale, mask=rmask)
         for g in range(0, G):
             v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
-                         rows, rmask, cols, g, K, inv, PRODUCER, DT, STORE_HS, BM)
+                         rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
             v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
             quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
     else:
         for g in range(g0, g1):
             v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
-                         rows, rmask, cols, g, K, inv, PRODUCER, DT, STORE_HS, BM)
+                         rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
             if QUANT:
                 v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
                 scale = tl.max(tl.abs(v), axis=1) * inv_qmax
@@ -192,15 +193,16 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         if t is None:
             t = torch.empty(shape, dtype=dtype, device=dev)
         elif tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous():
-            raise ValueError(f"out[{name!r}] must be a contiguous {dtype} {list(shape)}, got {t.dtype} {list(t.shape)}")
+            raise ValueError(f"out[{name!r}] must be a contiguous {dtype} {list(shape)}, "
+                             f"got {t.dtype} {list(t.shape)}")
         out[name] = t
 
     quant = rotation is not None
     token = quant and granularity == "token"
-    row_wide = token or kind in (1, 2)
+    row_wide = token or kind == 1
     if store_hs:
         buf("hs", (M, K), a.dtype)
-        if kind in (1, 2):
+        if kind == 1:
             buf("residual", (M, K), a.dtype)
     if quant:
         pairs, theta, channel_scales = rotation
@@ -214,8 +216,8 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         inv_qmax = rq_ref.INV_QMAX[elem]
     else:
         P, NL, inv_qmax = 1, 0, 0.0
-        mate = cos = sin = cs = torch.empty(0, dtype=torch.float32, device=dev)
-    dummy = torch.empty(0, dtype=torch.int16 if a.dtype == torch.bfloat16 else a.dtype, device=dev)
+        mate = cos = sin = cs = torch.empty(1, dtype=torch.float32, device=dev)  # never read
+    dummy = torch.empty(1, dtype=torch.int16 if a.dtype == torch.bfloat16 else a.dtype, device=dev)  # never read
     BM = 16 if M <= 16 else 32
     GPP = G if row_wide else 1
     grid = (P, triton.cdiv(M, BM), triton.cdiv(G, GPP))
@@ -227,7 +229,8 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         mate, cos, sin, cs,
         out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, inv_qmax,
         M, K, G, GPP,
-        PRODUCER=kind, DT=_DT[a.dtype], QUANT=quant, ELEM=0 if elem != "int8" else 1, TOKEN=token,
-        STORE_HS=store_hs, NL=NL, HW=hw, BM=BM, num_warps=4, enable_fp_fusion=False,
+        PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
+        ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=BM,
+        num_warps=4, enable_fp_fusion=False,
     )
     return out
