@@ -5,7 +5,6 @@ Per-token e4m3 activations are built here from formats.e4m3, standing in for rot
 
 import pytest
 import torch
-
 from conftest import FULL_SHAPES
 from radiance_kernels import shapes
 from radiance_kernels.formats import e4m3, mx

@@ -8,8 +8,7 @@ import itertools
 
 import pytest
 import torch
-
-from conftest import DEVICE, FULL_SHAPES
+from conftest import FULL_SHAPES
 from radiance_kernels import shapes
 from radiance_kernels.formats import awq, e4m3
 from radiance_kernels.ops.w4a8_gemm import prepare, prepare_codes, unprepare
@@ -100,7 +99,8 @@ def test_prepare_layout_and_round_trip(bits):
     assert [(word >> (4 * j)) & 15 for j in range(8)] == (codes[24:32, 5].long() & 15).tolist()
     sz = w.sz[1, 7].item()
     assert (sz >> 16) == zeros[1, 7].item() - 2 ** (bits - 1)
-    assert torch.tensor([sz & 0xFFFF], dtype=torch.int32).to(torch.int16).view(torch.float16).item() == scales[1, 7].item()
+    s16 = torch.tensor([sz & 0xFFFF], dtype=torch.int32).to(torch.int16).view(torch.float16)
+    assert s16.item() == scales[1, 7].item()
 
 
 @pytest.mark.parametrize("elem,grouped,bits", list(itertools.product(["e4m3", "int8"], [False, True], [4, 5])))
@@ -127,7 +127,8 @@ def test_triton_matches_reference(bits, elem, grouped, zpe, band, device):
     assert r <= REL and mx <= 4 * REL, (r, mx)
 
 
-@pytest.mark.parametrize("kind,zkind,P", [("subnormal", "random", 3), ("normal", "extreme", 1), ("subnormal", "extreme", 2)])
+@pytest.mark.parametrize("kind,zkind,P",
+                         [("subnormal", "random", 3), ("normal", "extreme", 1), ("subnormal", "extreme", 2)])
 def test_triton_edge_codes(kind, zkind, P, device):
     M, K, N = 16, 384, 384
     bounds = [0, 128, 256, 384][: P] + [N]
@@ -167,7 +168,8 @@ def test_bad_inputs_raise(device):
     with pytest.raises(ValueError, match="band"):
         call(A, AS, RS, w, [0, 128], False, "fast", "reference")
     with pytest.raises(ValueError, match="out"):
-        call(A, AS, RS, w, [0, 128], False, "auto", "reference", out=torch.empty(2, 128, dtype=torch.bfloat16, device=device))
+        small = torch.empty(2, 128, dtype=torch.bfloat16, device=device)
+        call(A, AS, RS, w, [0, 128], False, "auto", "reference", out=small)
 
 
 FULL_MS = [1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192]

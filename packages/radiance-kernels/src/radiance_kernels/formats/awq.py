@@ -117,7 +117,8 @@ def to_checkpoint(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor
     if bits == 5:
         qw, qw_hi = pack_int5(codes)
         qz, qz_hi = pack_int5(zeros)
-        return {"qweight": qw, "qzeros": qz, "scales": scales.to(torch.float16), "qweight_hi": qw_hi, "qzeros_hi": qz_hi}
+        return {"qweight": qw, "qzeros": qz, "scales": scales.to(torch.float16),
+                "qweight_hi": qw_hi, "qzeros_hi": qz_hi}
     raise ValueError(f"to_checkpoint: bits must be 4 or 5, got {bits}")
 
 

@@ -7,7 +7,8 @@ scales (:mod:`radiance_kernels.formats.mx`, blocks of 32 along K). Column n in p
 
     out[m, n] = AS[p, m] * sum_k e4m3(A[p, m, k]) * e2m1(q[n, k]) * 2^(e[n, k // 32] - 127)
 
-evaluated in float64, bf16 output.
+evaluated in float64, bf16 output. The kernel's weight values are exact (normal, finite fp32/bf16) for
+block exponents 2 <= e <= 252; below that a GPU may flush the subnormal products to zero.
 
 Kernel layout (:func:`prepare`, once at load, from the checkpoint's ``weight_packed [N, K/2]`` uint8
 (low nibble = even k) and ``weight_scale [N, K/32]`` uint8):
@@ -35,7 +36,10 @@ class MXPrepared(NamedTuple):
 def prepare(weight_packed: torch.Tensor, weight_scale: torch.Tensor) -> MXPrepared:
     """Checkpoint ``weight_packed [N, K/2]`` + ``weight_scale [N, K/32]`` (uint8) → kernel layout."""
     if weight_packed.dtype != torch.uint8 or weight_scale.dtype != torch.uint8 or weight_packed.dim() != 2:
-        raise ValueError(f"mxfp4 prepare: weight_packed/weight_scale must be uint8 2-d, got {weight_packed.dtype} {weight_scale.dtype}")
+        raise ValueError(
+            "mxfp4 prepare: weight_packed/weight_scale must be uint8 2-d, "
+            f"got {weight_packed.dtype} {weight_scale.dtype}"
+        )
     N, K2 = weight_packed.shape
     K = 2 * K2
     if K % GROUP or weight_scale.shape != (N, K // 32):
@@ -65,7 +69,9 @@ def check_inputs(A, AS, w: MXPrepared, bounds: list[int], op: str) -> tuple[int,
     P, M, K = A.shape
     N = w.wp.shape[1]
     if K % GROUP or w.wp.shape != (K // 8, N) or w.ws.shape != (K // 32, N) or w.ws.dtype != torch.uint8:
-        raise ValueError(f"{op}: weights wp [K/8, N], ws uint8 [K/32, N] for K={K}; got {tuple(w.wp.shape)}, {tuple(w.ws.shape)}")
+        raise ValueError(
+            f"{op}: weights wp [K/8, N], ws uint8 [K/32, N] for K={K}; got {tuple(w.wp.shape)}, {tuple(w.ws.shape)}"
+        )
     if AS.dtype != torch.float32 or AS.shape != (P, M):
         raise ValueError(f"{op}: AS must be fp32 [P, M] = {(P, M)} (per-token), got {AS.dtype} {tuple(AS.shape)}")
     if len(bounds) != P + 1 or bounds[0] != 0 or bounds[-1] != N or list(bounds) != sorted(bounds) or P > 3:

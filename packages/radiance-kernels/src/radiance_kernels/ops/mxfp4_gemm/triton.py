@@ -41,12 +41,14 @@ def _mxfp4_kernel(
         k0 = g * BK
         a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0).to(tl.float8e4nv, bitcast=True)
         c = load_nibbles(wp_ptr, k0, offs_n, mask_n, N, BK, BN)
-        e = tl.load(ws_ptr + (k0 // 32 + tl.arange(0, BK // 32))[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=127)
+        e_rows = k0 // 32 + tl.arange(0, BK // 32)
+        e = tl.load(ws_ptr + e_rows[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=127)
         e = e.to(tl.int32)
         scale = tl.where(e == 0, 5.877471754111438e-39, (e << 23).to(tl.float32, bitcast=True))  # 2^(e-127)
         scale = tl.reshape(tl.broadcast_to(scale[:, None, :], (BK // 32, 32, BN)), (BK, BN))
         j = c & 7
-        mag = tl.where(j < 2, j.to(tl.float32) * 0.5, ((((j >> 1) + 126) << 23) | ((j & 1) << 22)).to(tl.float32, bitcast=True))
+        normal = ((((j >> 1) + 126) << 23) | ((j & 1) << 22)).to(tl.float32, bitcast=True)  # j >= 2
+        mag = tl.where(j < 2, j.to(tl.float32) * 0.5, normal)
         w = tl.where(c >= 8, -mag, mag) * scale
         if HW:
             acc = tl.dot(a.to(tl.bfloat16), w.to(tl.bfloat16), acc)

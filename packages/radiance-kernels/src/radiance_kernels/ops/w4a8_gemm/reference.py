@@ -27,8 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from radiance_kernels.formats import awq
-from radiance_kernels.formats import e4m3
+from radiance_kernels.formats import awq, e4m3
 
 GROUP = 128
 
@@ -111,11 +110,15 @@ def check_inputs(A, AS, RS, w: W4Prepared, bounds: list[int], op: str) -> tuple[
     G = K // GROUP
     N = w.sz.shape[1]
     if K % GROUP or w.wq.shape != (K // 8, N) or w.sz.shape != (G, N):
-        raise ValueError(f"{op}: weights wq [K/8, N], sz [K/128, N] for K={K}; got {tuple(w.wq.shape)}, {tuple(w.sz.shape)}")
+        raise ValueError(
+            f"{op}: weights wq [K/8, N], sz [K/128, N] for K={K}; got {tuple(w.wq.shape)}, {tuple(w.sz.shape)}"
+        )
     if w.bits == 5 and w.wh.shape != (K // 32, N):
         raise ValueError(f"{op}: int5 needs wh [K/32, N] = {(K // 32, N)}, got {tuple(w.wh.shape)}")
     if AS.dtype != torch.float32 or AS.shape not in ((P, M), (P, M, G)):
-        raise ValueError(f"{op}: AS must be fp32 [P, M] or [P, M, K/128] = {(P, M)} / {(P, M, G)}, got {AS.dtype} {tuple(AS.shape)}")
+        raise ValueError(
+            f"{op}: AS must be fp32 [P, M] or [P, M, K/128] = {(P, M)} / {(P, M, G)}, got {AS.dtype} {tuple(AS.shape)}"
+        )
     if RS.dtype != torch.float32 or RS.shape != (P, M, G):
         raise ValueError(f"{op}: RS must be fp32 [P, M, K/128] = {(P, M, G)}, got {RS.dtype} {tuple(RS.shape)}")
     if len(bounds) != P + 1 or bounds[0] != 0 or bounds[-1] != N or list(bounds) != sorted(bounds) or P > 3:
@@ -125,7 +128,9 @@ def check_inputs(A, AS, RS, w: W4Prepared, bounds: list[int], op: str) -> tuple[
 
 def check_out(out: torch.Tensor, M: int, N: int, op: str) -> None:
     if out.dtype != torch.bfloat16 or out.dim() != 2 or out.shape[0] < M or out.shape[1] != N or out.stride(1) != 1:
-        raise ValueError(f"{op}: out must be bf16 [>= {M}, {N}] with unit column stride, got {out.dtype} {tuple(out.shape)}")
+        raise ValueError(
+            f"{op}: out must be bf16 [>= {M}, {N}] with unit column stride, got {out.dtype} {tuple(out.shape)}"
+        )
 
 
 def decode_activations(A: torch.Tensor) -> torch.Tensor:

@@ -48,7 +48,8 @@ def tile_coords(M, N, b1, b2, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.co
 @triton.jit
 def load_nibbles(w_ptr, k0, offs_n, mask_n, N, BK: tl.constexpr, BN: tl.constexpr):
     """[BK, BN] int32 codes from K-packed words ``w [K/8, N]`` (nibble j of row i = k 8i + j), k0 % 8 == 0."""
-    words = tl.load(w_ptr + (k0 // 8 + tl.arange(0, BK // 8))[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
+    rows = k0 // 8 + tl.arange(0, BK // 8)
+    words = tl.load(w_ptr + rows[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
     return tl.reshape((words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 15, (BK, BN))
 
 
@@ -114,7 +115,8 @@ def _w4a8_kernel(
             rsa = tl.load(rs_rows[:, None] + offs_g[None, :], mask=mask_m[:, None] & mask_g[None, :], other=0.0)
             if GROUP_AS:
                 rsa *= tl.load(as_rows[:, None] + offs_g[None, :], mask=mask_m[:, None] & mask_g[None, :], other=0.0)
-            szc = tl.load(sz_ptr + offs_g[:, None] * N + offs_n[None, :], mask=mask_g[:, None] & mask_n[None, :], other=0)
+            mask_gn = mask_g[:, None] & mask_n[None, :]
+            szc = tl.load(sz_ptr + offs_g[:, None] * N + offs_n[None, :], mask=mask_gn, other=0)
             sd = (szc & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * (szc >> 16).to(tl.float32)
             acc -= tl.dot(rsa, sd, input_precision="ieee")
     if not GROUP_AS:
