@@ -1,0 +1,42 @@
+import pytest
+
+from radiance_vllm.knobs import KNOBS, KnobError, Settings
+
+
+def test_defaults_and_empty_is_unset():
+    assert Settings.from_env({}) == Settings()
+    assert Settings.from_env({"RADIANCE_PQ_ACT": "", "RADIANCE_PQ_ZPE": "  "}) == Settings()
+
+
+def test_typed_values():
+    s = Settings.from_env({"RADIANCE_PQ_ACT": "int8", "RADIANCE_PQ_ZPE": "1", "RADIANCE_CHECKALL_CHUNK": "64",
+                           "RADIANCE_NVFP4_BF16_LAYERS": "in_proj_b, in_proj_a"})
+    assert (s.pq_act, s.pq_zpe, s.checkall_chunk, s.nvfp4_bf16_layers) == ("int8", True, 64, ("in_proj_a", "in_proj_b"))
+
+
+@pytest.mark.parametrize("env", [{"RADIANCE_PQ_ACT": "fp8"}, {"RADIANCE_PQ_ZPE": "maybe"},
+                                 {"RADIANCE_CHECKALL_CHUNK": "-3"}, {"RADIANCE_CHECKALL_TOL": "nan"}])
+def test_bad_value_names_the_variable(env):
+    with pytest.raises(KnobError, match=next(iter(env))):
+        Settings.from_env(env)
+
+
+def test_unknown_knob_raises():
+    with pytest.raises(KnobError, match="RADIANCE_PQ_I8"):
+        Settings.from_env({"RADIANCE_PQ_I8": "1"})
+
+
+def test_compile_key_covers_exactly_the_compiled_knobs():
+    base = Settings().compile_cache_key()
+    for k in KNOBS:
+        raw = {"checkall_tol": "0.5", "checkall_chunk": "7", "nvfp4_exp": "ocp", "nvfp4_bf16_layers": "x"}.get(k.field)
+        if raw is None:
+            raw = {bool: "1"}.get(type(k.default)) or next(v for v in k.parse.allowed if v != k.default)
+        changed = Settings.from_env({k.env: raw}).compile_cache_key()
+        assert (changed != base) == k.compiled, k.env
+
+
+def test_as_env_round_trips():
+    s = Settings.from_env({"RADIANCE_PQ_SCALES": "token", "RADIANCE_STREAM": "1"})
+    assert s.as_env() == {"RADIANCE_PQ_SCALES": "token", "RADIANCE_STREAM": "1"}
+    assert Settings.from_env(s.as_env()) == s

@@ -1,0 +1,107 @@
+"""Loading a merged linear through vLLM's own fused-weight loader, without a server."""
+
+import pytest
+import torch
+from radiance_kernels.formats import awq
+from radiance_kernels.formats.rotation import dense_matrix, random_rotation
+from vllm.model_executor.layers.linear import MergedColumnParallelLinear
+
+from radiance_vllm.param_loading import CheckpointError
+from radiance_vllm.paroquant_config import ParoQuantConfig
+from radiance_vllm.paroquant_method import ParoQuantLinearMethod
+from radiance_vllm.sim_reference import SimLinear
+
+K, SIZES = 128, [128, 64]
+PREFIX = "model.layers.0.mlp.gate_up_proj"
+
+
+def projection(seed, bits, rotation_seed=None):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(SIZES[seed % 2], K, generator=g, dtype=torch.float64)
+    pairs, theta, cs = random_rotation(K, 8, seed=seed if rotation_seed is None else rotation_seed)
+    wr = (w / cs.double()) @ dense_matrix(pairs, theta).T
+    codes, zeros, scales = awq.quantize_asym(wr.T.contiguous(), bits)
+    return awq.to_checkpoint(codes, zeros, scales, bits) | {"pairs": pairs, "theta": theta, "channel_scales": cs}
+
+
+def make_layer(bits=4):
+    cfg = ParoQuantConfig(bits=bits, group_size=128, krot=8)
+    cfg.packed_modules_mapping = {"gate_up_proj": ["gate_proj", "up_proj"]}
+    layer = MergedColumnParallelLinear.__new__(MergedColumnParallelLinear)
+    torch.nn.Module.__init__(layer)
+    layer.prefix, layer.output_sizes, layer.tp_rank, layer.tp_size = PREFIX, SIZES, 0, 1
+    method = ParoQuantLinearMethod(cfg)
+    method.create_weights(layer, K, SIZES, K, sum(SIZES), torch.float32, weight_loader=layer.weight_loader)
+    return layer, method
+
+
+def load(layer, shards):
+    for shard_id, tensors in enumerate(shards):
+        for name, t in tensors.items():
+            param = getattr(layer, name)
+            param.weight_loader(param, t, shard_id)
+
+
+@pytest.mark.parametrize("bits", [4, 5])
+def test_merged_linear_loads_and_matches_the_simulated_reference(bits):
+    shards = [projection(0, bits), projection(1, bits)]
+    layer, method = make_layer(bits)
+    load(layer, shards)
+    method.process_weights_after_loading(layer)
+    assert layer.rot_bounds_list == [0, 128, 192] and layer.rot_pairs.shape == (2, 8, K)
+    x = torch.randn(5, K, generator=torch.Generator().manual_seed(9))
+    y = method.apply(layer, x)
+    for i, (lo, hi) in enumerate([(0, 128), (128, 192)]):
+        codes, zeros, scales, _ = awq.from_checkpoint(shards[i])
+        w = awq.dequantize(codes, zeros, scales).T
+        ref = SimLinear(w, (shards[i]["pairs"], shards[i]["theta"], shards[i]["channel_scales"]), ("e4m3", "group"))
+        torch.testing.assert_close(y[:, lo:hi], ref(x), rtol=0, atol=0)
+
+
+def test_identical_adjacent_rotations_are_deduped():
+    shards = [projection(0, 4, rotation_seed=5), projection(1, 4, rotation_seed=5)]
+    layer, method = make_layer()
+    load(layer, shards)
+    method.process_weights_after_loading(layer)
+    assert layer.rot_bounds_list == [0, 192] and layer.rot_pairs.shape == (1, 8, K)
+
+
+def corrupt(shards, shard, name, fn):
+    shards[shard] = dict(shards[shard])
+    shards[shard][name] = fn(shards[shard][name])
+    return shards
+
+
+@pytest.mark.parametrize("name,fn,message", [
+    ("qweight", lambda t: t[:, :-1], r"mlp\.up_proj\.qweight: checkpoint shape \(128, 7\)"),
+    ("qweight", lambda t: t.float(), r"mlp\.up_proj\.qweight: dtype torch\.float32"),
+    ("theta", lambda t: t[:, :-2], r"mlp\.up_proj\.theta: checkpoint shape"),
+])
+def test_bad_tensor_fails_at_load_naming_it(name, fn, message):
+    layer, _ = make_layer()
+    with pytest.raises(CheckpointError, match=message):
+        load(layer, corrupt([projection(0, 4), projection(1, 4)], 1, name, fn))
+
+
+def swap_two(t):
+    t = t.clone()
+    t[3, 10] = t[3, 11]
+    return t
+
+
+def nan_at(t):
+    t = t.clone()
+    t[0, 5] = float("nan")
+    return t
+
+
+@pytest.mark.parametrize("name,fn,message", [
+    ("pairs", swap_two, r"mlp\.up_proj\.\{pairs,theta,channel_scales\}: pairs layer 3 group 0 is not a permutation"),
+    ("scales", nan_at, r"mlp\.up_proj\.scales: 1 non-finite"),
+    ("channel_scales", nan_at, r"mlp\.up_proj\.\{pairs,theta,channel_scales\}: channel_scales"),
+])
+def test_bad_values_fail_after_load_naming_the_tensor(name, fn, message):
+    layer, method = make_layer()
+    load(layer, corrupt([projection(0, 4), projection(1, 4)], 1, name, fn))
+    with pytest.raises(CheckpointError, match=message):
+        method.process_weights_after_loading(layer)

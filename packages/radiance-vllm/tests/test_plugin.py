@@ -1,0 +1,41 @@
+import subprocess
+import sys
+
+import pytest
+
+from radiance_vllm.paroquant_config import ParoQuantConfig
+from radiance_vllm.plugin import register
+
+
+def test_register_is_idempotent_and_registers_the_configs():
+    register()
+    register()
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    assert get_quantization_config("paroquant") is ParoQuantConfig
+
+
+RENAME = """
+import radiance_kernels.ops.registry as r
+r._OPS["w4a8_gemm_v2"] = r._OPS.pop("w4a8_gemm")
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+print("SERVER WOULD START")
+"""
+
+
+def test_renamed_kernel_op_makes_the_plugin_refuse_loudly():
+    r = subprocess.run([sys.executable, "-c", RENAME], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "SERVER WOULD START" not in r.stdout
+    assert "radiance-vllm refuses to register" in r.stderr and "op 'w4a8_gemm'" in r.stderr
+
+
+@pytest.mark.parametrize("cfg,key", [({"bits": 3}, "bits"), ({"group_size": 64}, "group_size"), ({"krot": 0}, "krot")])
+def test_unsupported_config_values_are_named(cfg, key):
+    with pytest.raises(ValueError, match=f"quantization_config.{key}"):
+        ParoQuantConfig.from_config({"quant_method": "paroquant", **cfg})
+
+
+def test_paroquant_config_reads_zlab_format():
+    c = ParoQuantConfig.from_config({"quant_method": "paroquant", "bits": 4, "group_size": 128, "krot": 8})
+    assert (c.bits, c.group_size, c.krot) == (4, 128, 8)
