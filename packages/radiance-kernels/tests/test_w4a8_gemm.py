@@ -170,6 +170,11 @@ def test_bad_inputs_raise(device):
     with pytest.raises(ValueError, match="out"):
         small = torch.empty(2, 128, dtype=torch.bfloat16, device=device)
         call(A, AS, RS, w, [0, 128], False, "auto", "reference", out=small)
+    sliced = prepare_codes(*weights(256, 256, 4, device=device), 4)
+    sliced = sliced._replace(wq=sliced.wq[:, :128], sz=sliced.sz[:, :128])
+    with pytest.raises(ValueError, match="contiguous"):
+        call(A, AS, RS, sliced, [0, 128], False, "auto", "triton")
+    assert call(A, AS, RS, sliced, [0, 128], False, "auto", "reference").shape == (4, 128)
 
 
 FULL_MS = [1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192]

@@ -169,6 +169,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
            tensors: tuple, **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, dst, M, N, K, b1, b2, stride_om,
     groups_per_split, ..., SPLIT, HW, BM, BN, BK, GROUP_M)``; split-K partials are summed here."""
+    if not all(t.is_contiguous() for t in tensors):
+        raise ValueError(f"{op}: the triton backend needs contiguous weights (prepare() output, unsliced)")
     if out is None:
         out = torch.empty(M, N, dtype=torch.bfloat16, device=device)
     else:
