@@ -12,19 +12,23 @@ VARIANTS = [(e, g) for e in ("e4m3", "int8") for g in ("group", "token")]
 
 def activations(M: int, K: int, dtype: torch.dtype, seed: int = 0, device="cpu") -> torch.Tensor:
     """Mixed rows: all-zero, input subnormals, an outlier over a tiny row (subnormal e4m3 codes in token
-    mode), underflowing scales (fp32), and log-normal magnitudes."""
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(M, K, generator=gen) * torch.exp(2 * torch.randn(M, 1, generator=gen))
+    mode), underflowing scales (fp32), and log-normal magnitudes. Generated on ``device``."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=device)
+
+    x = randn(M, K) * torch.exp(2 * randn(M, 1))
     if M > 1:
         x[1] = 0
     if M > 2:
-        x[2] = torch.randn(K, generator=gen) * 1e-39
+        x[2] = randn(K) * 1e-39
     if M > 3:
-        x[3] = torch.randn(K, generator=gen) * 1e-5
+        x[3] = randn(K) * 1e-5
         x[3, 7] = 300.0
     if M > 4:
-        x[4] = torch.randn(K, generator=gen) * 1e-44
-    return x.to(dtype).to(device)
+        x[4] = randn(K) * 1e-44
+    return x.to(dtype)
 
 
 def poisoned(P: int, M: int, K: int, elem: str, granularity: str, device) -> dict[str, torch.Tensor]:
@@ -128,10 +132,12 @@ def test_full_shapes_bytewise_gpu(K, M):
     x = activations(M, K, torch.bfloat16, seed=M, device="cuda")
     for P in (1, 2, 3):
         recs = random_rotations(P, K, seed=P, device="cuda")
+        xr = reference.rotate_all(x, *recs)
         for elem, granularity in VARIANTS:
-            want = reference.rotate_quant(x, *recs, elem, granularity)
+            want = reference.quantize(xr, elem, granularity)
             for hw in (False, True) if elem == "e4m3" else (False,):
                 got = rq_triton.rotate_quant(x, *recs, elem, granularity, hw=hw,
                                              out=poisoned(P, M, K, elem, granularity, "cuda"))
                 assert_same(got, want)
-        del want, got
+            del want, got
+        del xr

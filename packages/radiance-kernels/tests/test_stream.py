@@ -149,6 +149,5 @@ def test_torch_compile_fullgraph(backend):
 @pytest.mark.parametrize("K", (5120, 17408))
 @pytest.mark.parametrize("M", (1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192))
 def test_full_shapes_fused_equals_chain_gpu(K, M):
-    for i, name in enumerate(PRODUCERS):
-        j = M + i
-        check_family(name, M, K, 1 + j % 3, torch.bfloat16, "cuda", [VARIANTS[0], VARIANTS[j % 4]], hw=True)
+    for i, name in enumerate(PRODUCERS):  # one quant variant per family keeps the compile count small
+        check_family(name, M, K, 1 + (M + i) % 3, torch.bfloat16, "cuda", [VARIANTS[i % 4]], hw=True)
