@@ -23,7 +23,7 @@ import triton.language as tl
 from radiance_kernels.backends import triton_interpreted
 from radiance_kernels.ops.w4a8_gemm.reference import GROUP, W4Prepared, check_inputs, check_out
 from radiance_kernels.tl.bf16 import to_bf16
-from radiance_kernels.tl.e4m3 import e4m3_encode
+from radiance_kernels.tl.e4m3 import e4m3_encode_sw
 
 DECODE_MAX_M = 64
 _SMS = 132  # H200
@@ -93,7 +93,10 @@ def _w4a8_kernel(
         if INT8:
             t = tl.dot(a, c.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
         else:
-            w8 = e4m3_encode(c.to(tl.float32), HW).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+            if HW:  # integers in [-16, 15] are exact in fp16 and e4m3: one packed convert
+                w8 = c.to(tl.float16).to(tl.float8e4nv)
+            else:
+                w8 = e4m3_encode_sw(c.to(tl.float32)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
             t = tl.dot(a.to(tl.float8e4nv, bitcast=True), w8)
         sz = tl.load(sz_ptr + g * N + offs_n, mask=mask_n, other=0)
         s = (sz & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
