@@ -40,18 +40,17 @@ def acts(P, M, K, elem, grouped, kind="normal", seed=0, device="cpu"):
 
 
 def weights(K, N, bits, zkind="random", seed=1, device="cpu"):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     hi = 2**bits - 1
-    codes = torch.randint(0, hi + 1, (K, N), generator=g)
+    codes = torch.randint(0, hi + 1, (K, N), generator=g, device=device)
     if zkind == "random":
-        zeros = torch.randint(0, hi + 1, (K // 128, N), generator=g)
-    else:  # zero-point extremes: z = 0 and z = max in alternating column blocks, codes at the ends
-        zeros = torch.zeros(K // 128, N, dtype=torch.int64)
+        zeros = torch.randint(0, hi + 1, (K // 128, N), generator=g, device=device)
+    else:  # zero-point extremes: z = 0 and z = max in alternating columns, codes at the ends
+        zeros = torch.zeros(K // 128, N, dtype=torch.int64, device=device)
         zeros[:, 1::2] = hi
-        codes = torch.where(torch.rand(K, N, generator=g) < 0.5, 0, hi)
-    scales = (torch.rand(K // 128, N, generator=g) * 0.02 + 1e-3).half()
-    codes, zeros = codes.to(torch.uint8).to(device), zeros.to(torch.uint8).to(device)
-    return codes, zeros, scales.to(device)
+        codes = torch.where(torch.rand(K, N, generator=g, device=device) < 0.5, 0, hi)
+    scales = (torch.rand(K // 128, N, generator=g, device=device) * 0.02 + 1e-3).half()
+    return codes.to(torch.uint8), zeros.to(torch.uint8), scales
 
 
 def rel(out, ref):
