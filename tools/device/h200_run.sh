@@ -15,11 +15,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 rc=0
 if [[ $what == pytest || $what == all ]]; then
-  RADIANCE_FULL_SHAPES=1 python3 -m pytest packages/radiance-kernels/tests -q -p no:cacheprovider \
-    --timeout 900 --durations 15 ${PYTEST_ARGS:--x} 2>&1 | tee "$OUT/pytest.log" | tail -40
+  # each test bounded (--timeout), the whole suite bounded (timeout), names streamed (-v) so a cut run
+  # still says what passed
+  RADIANCE_FULL_SHAPES=1 timeout "${PYTEST_BUDGET:-300}" python3 -m pytest packages/radiance-kernels/tests -v \
+    -p no:cacheprovider --timeout "${TEST_TIMEOUT:-90}" --durations 20 -rf ${PYTEST_ARGS:-} 2>&1 \
+    | tee "$OUT/pytest.log" | grep -E "FAILED|ERROR|passed|failed|Timeout|slowest|^[0-9.]+s " | tail -60
   rc=${PIPESTATUS[0]}
 fi
 if [[ $what == bench || $what == all ]]; then
-  python3 -m radiance_bench.kernelbench.run --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -120
+  timeout "${BENCH_BUDGET:-240}" python3 -m radiance_bench.kernelbench.run --out "$OUT" "$@" 2>&1 \
+    | tee "$OUT/bench.log" | tail -120
 fi
 exit $rc
