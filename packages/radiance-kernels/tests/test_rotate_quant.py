@@ -107,6 +107,29 @@ def test_identity_rotation_is_plain_quant():
     assert torch.equal(A[0], e4m3.encode(q))
 
 
+def test_feeds_w4a8_gemm():
+    """rotate_quant → w4a8_gemm (reference) reproduces the fp64 rotated linear ((x·cs) Rᵀ) Wᵀ per partition
+    up to the activation quantisation (the seeds' ~2.6e-2 for e4m3); checks the AS/RS contract end to end."""
+    from radiance_kernels.ops.w4a8_gemm.reference import prepare_codes
+
+    K, N, M, P, bounds = 256, 96, 6, 2, [0, 40, 96]
+    recs = random_rotations(P, K, seed=2)
+    x = activations(M, K, torch.bfloat16, seed=8)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randint(0, 16, (K, N), generator=gen)
+    z = torch.randint(2, 15, (K // 128, N), generator=gen)
+    s = (torch.rand(K // 128, N, generator=gen) * 0.01 + 0.005).to(torch.float16)
+    w = prepare_codes(q, z, s, 4)
+    W = (q.double() - z.double().repeat_interleave(128, 0)) * s.double().repeat_interleave(128, 0)  # [K, N]
+    exact = torch.cat([rotate(x.double(), recs[0][p], recs[1][p], recs[2][p], dtype=torch.float64)
+                       @ W[:, bounds[p]:bounds[p + 1]] for p in range(P)], dim=1)
+    for (elem, granularity), bar in zip(VARIANTS, (4e-2, 4e-2, 1.5e-2, 1.5e-2), strict=True):
+        A, AS, RS = torch.ops.radiance.rotate_quant(x, *recs, elem, granularity, "reference")
+        y = torch.ops.radiance.w4a8_gemm(A, AS, RS, w.wq, w.wh, w.sz, bounds, w.bits, False, "auto", "reference")
+        rel = ((y.double() - exact).norm() / exact.norm()).item()
+        assert rel <= bar, (elem, granularity, rel)
+
+
 def test_bad_arguments():
     x = torch.zeros(2, 256, dtype=torch.bfloat16)
     pairs, theta, cs = random_rotations(1, 256)
