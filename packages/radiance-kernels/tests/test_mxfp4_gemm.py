@@ -6,6 +6,7 @@ Per-token e4m3 activations are built here from formats.e4m3, standing in for rot
 import pytest
 import torch
 from conftest import FULL_SHAPES
+
 from radiance_kernels import shapes
 from radiance_kernels.formats import e4m3, mx
 from radiance_kernels.ops.mxfp4_gemm import prepare, unprepare
@@ -136,20 +137,30 @@ def test_bad_inputs_raise(device):
 FULL_MS = [1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192]
 
 
-@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
-@pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
-def test_full_shapes(proj):
+def sweep(proj, ms, device):
+    """Triton vs reference over ``ms`` for one projection; rows past M untouched."""
     K, N = proj.K, proj.N
     bounds = list(proj.bounds)
-    w = prepare(*weights(N, K, device="cuda"))
-    for M in FULL_MS:
-        A, AS, _ = acts(proj.P, M, K, seed=M, device="cuda")
+    w = prepare(*weights(N, K, device=device))
+    for M in ms:
+        A, AS, _ = acts(proj.P, M, K, seed=M, device=device)
         ref = call(A, AS, w, bounds, "auto", "reference")
-        out = torch.full((M + 3, N), 5.0, dtype=torch.bfloat16, device="cuda")
+        out = torch.full((M + 3, N), 5.0, dtype=torch.bfloat16, device=device)
         call(A, AS, w, bounds, "auto", "triton", out=out)
         r, mx_ = rel(out[:M], ref)
         assert r <= REL and mx_ <= 4 * REL, (proj, M, r, mx_)
         assert torch.all(out[M:] == 5.0)
+
+
+def test_sweep_small(device):
+    """The full-shape sweep's code path on a small 2-partition shape, both bands."""
+    sweep(shapes.Proj("tiny.gate_up", 256, (128, 128), 1, 1), [3, 70], device)
+
+
+@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
+@pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
+def test_full_shapes(proj):
+    sweep(proj, FULL_MS, "cuda")
 
 
 def test_fed_by_rotate_quant(device):

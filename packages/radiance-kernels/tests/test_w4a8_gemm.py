@@ -9,6 +9,7 @@ import itertools
 import pytest
 import torch
 from conftest import FULL_SHAPES
+
 from radiance_kernels import shapes
 from radiance_kernels.formats import awq, e4m3
 from radiance_kernels.ops.w4a8_gemm import prepare, prepare_codes, unprepare
@@ -180,22 +181,32 @@ FULL_MS = [1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192]
 FULL_VARIANTS = [(4, "e4m3", False, False), (5, "int8", True, True), (5, "e4m3", False, True), (4, "int8", True, False)]
 
 
-@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
-@pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
-def test_full_shapes(proj):
+def sweep(proj, ms, device):
+    """Triton vs reference over ``ms`` for one projection, cycling the variants; rows past M untouched."""
     K, N, P = proj.K, proj.N, proj.P
     bounds = list(proj.bounds)
-    ws = {bits: prepare_codes(*weights(K, N, bits, seed=K + N, device="cuda"), bits) for bits in (4, 5)}
-    for i, M in enumerate(FULL_MS):
+    ws = {bits: prepare_codes(*weights(K, N, bits, seed=K + N, device=device), bits) for bits in (4, 5)}
+    for i, M in enumerate(ms):
         bits, elem, grouped, zpe = FULL_VARIANTS[i % len(FULL_VARIANTS)]
         w = ws[bits]
-        A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device="cuda")
+        A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device=device)
         ref = call(A, AS, RS, w, bounds, zpe, "auto", "reference")
-        out = torch.full((M + 3, N), 5.0, dtype=torch.bfloat16, device="cuda")
+        out = torch.full((M + 3, N), 5.0, dtype=torch.bfloat16, device=device)
         call(A, AS, RS, w, bounds, zpe, "auto", "triton", out=out)
         r, mx = rel(out[:M], ref)
         assert r <= REL and mx <= 4 * REL, (proj, M, bits, elem, grouped, zpe, r, mx)
         assert torch.all(out[M:] == 5.0)
+
+
+def test_sweep_small(device):
+    """The full-shape sweep's code path on a small 3-partition shape, both bands."""
+    sweep(shapes.Proj("tiny.qkv", 256, (128, 64, 64), 1, 1), [1, 40, 70, 5], device)
+
+
+@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
+@pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
+def test_full_shapes(proj):
+    sweep(proj, FULL_MS, "cuda")
 
 
 @pytest.mark.parametrize("elem,granularity,zpe", [("e4m3", "token", False), ("int8", "group", True)])
