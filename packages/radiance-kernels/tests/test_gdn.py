@@ -1,9 +1,10 @@
 import math
 
 import pytest
-import radiance_kernels.ops  # noqa: F401  (registers the ops)
 import torch
 from conftest import FULL_SHAPES
+
+import radiance_kernels.ops  # noqa: F401  (registers the ops)
 from radiance_kernels.ops.gdn import naive
 
 F64 = torch.float64

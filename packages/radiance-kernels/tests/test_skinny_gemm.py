@@ -1,7 +1,8 @@
 import pytest
-import radiance_kernels.ops  # noqa: F401  (registers the ops)
 import torch
 from conftest import FULL_SHAPES
+
+import radiance_kernels.ops  # noqa: F401  (registers the ops)
 
 SHAPES = [(m, n, k) for n in (48, 96) for m in (1, 8, 16, 64) for k in (5120,)] if FULL_SHAPES else [
     (1, 48, 1024), (5, 48, 768), (16, 96, 512), (3, 40, 300)]

@@ -6,7 +6,7 @@ columns of the recurrence are independent). Within a chunk, with G = cumsum(g) (
 chunk start), S the state entering the chunk and M_ij = exp(G_i − G_j) for j ≤ i, else 0:
 
     A  = strict_lower(beta_i · M_ij · k_i·k_j)                 [C, C]
-    W  = (I + A)⁻¹ (diag(beta) V − diag(beta · e^G) K S)       the delta-rule write values, [C, BV]
+    W  = (I + A)⁻¹ diag(beta) (V − diag(e^G) K S)             the delta-rule write values, [C, BV]
     O  = scale · (diag(e^G) Q S + (M ⊙ Q Kᵀ) W)
     S' = e^{G_last} S + (diag(e^{G_last − G}) K)ᵀ W
 
@@ -15,9 +15,10 @@ chunk start), S the state entering the chunk and M_ij = exp(G_i − G_j) for j �
 g ≤ 0 none is positive, so no factor exceeds 1 and nothing overflows however long the chunk's gate span
 (no split e^{G_i−c}·e^{c−G_j} pair, no 0·inf). The segment sums are one masked dot
 ``tril(1) · (g_l [l > j])``, so their rounding scales with the segment, not with |G| (a 300-nat chunk
-would otherwise cost 3e-5 of relative accuracy in every weight). All math is fp32, dots at ieee
-precision. Padding tokens past T load g = beta = 0 and q = k = v = 0: G stays at the last live value
-and they contribute nothing.
+would otherwise cost 3e-5 of relative accuracy in every weight). All math is fp32: dots at ``tf32x3``
+(three tensor-core passes, fp32-level accuracy) on NVIDIA, ``ieee`` on ROCm and in the interpreter.
+Padding tokens past T load g = beta = 0 and q = k = v = 0: G stays at the last live value and they
+contribute nothing.
 """
 
 import torch
@@ -31,6 +32,11 @@ from radiance_kernels.tl.bf16 import to_bf16
 BV = 32
 
 
+def dot_precision() -> str:
+    """fp32-accurate ``tl.dot`` input precision for this platform."""
+    return "ieee" if triton_interpreted() or torch.version.hip else "tf32x3"
+
+
 @triton.jit
 def _l2norm_rows(x, eps):
     return x / tl.sqrt(tl.sum(x * x, 1) + eps)[:, None]
@@ -39,7 +45,7 @@ def _l2norm_rows(x, eps):
 @triton.jit
 def _chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, T, Hk, Hv, Dk, Dv, scale, eps,
                   C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, HAS_S0: tl.constexpr,
-                  L2NORM: tl.constexpr, OUT_BF16: tl.constexpr, INTERP: tl.constexpr):
+                  L2NORM: tl.constexpr, OUT_BF16: tl.constexpr, INTERP: tl.constexpr, DOT: tl.constexpr):
     bh = tl.program_id(0)
     b = bh // Hv
     h = bh % Hv
@@ -55,48 +61,47 @@ def _chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, T
         S = tl.load(s0_ptr + s_off, mask=smask, other=0.0).to(tl.float32)
     else:
         S = tl.zeros([BK, BV], dtype=tl.float32)
-    causal = rc[:, None] >= rc[None, :]
-    strict = rc[:, None] > rc[None, :]
-    eye = tl.where(rc[:, None] == rc[None, :], 1.0, 0.0)
-    ones_causal = tl.where(causal, 1.0, 0.0)
     for c0 in range(0, T, C):
         t = c0 + rc
         tmask = t < T
+        # [C, C] masks from t, not rc: loop-variant, so they are not hoisted and kept live in registers
+        causal = t[:, None] >= t[None, :]
+        strict = t[:, None] > t[None, :]
         qk_off = ((b * T + t) * Hk + hk) * Dk
         qkmask = tmask[:, None] & kmask[None, :]
-        Q = tl.load(q_ptr + qk_off[:, None] + rk[None, :], mask=qkmask, other=0.0).to(tl.float32)
-        K = tl.load(k_ptr + qk_off[:, None] + rk[None, :], mask=qkmask, other=0.0).to(tl.float32)
         tv = (b * T + t) * Hv + h
         vo_off = tv[:, None] * Dv + rv[None, :]
         vomask = tmask[:, None] & vmask[None, :]
-        V = tl.load(v_ptr + vo_off, mask=vomask, other=0.0).to(tl.float32)
         g = tl.load(g_ptr + tv, mask=tmask, other=0.0).to(tl.float32)
         beta = tl.load(beta_ptr + tv, mask=tmask, other=0.0).to(tl.float32)
+        K = tl.load(k_ptr + qk_off[:, None] + rk[None, :], mask=qkmask, other=0.0).to(tl.float32)
         if L2NORM:
-            Q = _l2norm_rows(Q, eps)
             K = _l2norm_rows(K, eps)
         G = tl.cumsum(g, 0)
-        G_last = tl.sum(tl.where(rc == C - 1, G, 0.0), 0)
-        seg = tl.dot(ones_causal, tl.where(strict, g[:, None], 0.0), input_precision="ieee")
+        seg = tl.dot(tl.where(causal, 1.0, 0.0), tl.where(strict, g[:, None], 0.0), input_precision=DOT)
         M = tl.exp(tl.where(causal, seg, float("-inf")))
-        A = tl.where(strict, beta[:, None] * M * tl.dot(K, tl.trans(K), input_precision="ieee"), 0.0)
-        Tinv = eye
+        A = tl.where(strict, beta[:, None] * M * tl.dot(K, tl.trans(K), input_precision=DOT), 0.0)
+        Tinv = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
         for i in range(1, C):  # row i of (I + A)^-1 = e_i - Σ_{j<i} A_ij · row j
             a_i = tl.sum(tl.where(rc[:, None] == i, A, 0.0), 0)
             Tinv = tl.where(rc[:, None] == i, Tinv - tl.sum(a_i[:, None] * Tinv, 0)[None, :], Tinv)
         eG = tl.exp(tl.where(tmask, G, float("-inf")))
-        U = tl.dot(Tinv, beta[:, None] * V, input_precision="ieee")
-        Wk = tl.dot(Tinv, (beta * eG)[:, None] * K, input_precision="ieee")
-        W = U - tl.dot(Wk, S, input_precision="ieee")
-        QK = tl.dot(Q, tl.trans(K), input_precision="ieee")
-        O = scale * (tl.dot(eG[:, None] * Q, S, input_precision="ieee")
-                     + tl.dot(QK * M, W, input_precision="ieee"))
+        V = tl.load(v_ptr + vo_off, mask=vomask, other=0.0).to(tl.float32)
+        KS = tl.dot(K, S, input_precision=DOT)
+        W = tl.dot(Tinv, beta[:, None] * (V - eG[:, None] * KS), input_precision=DOT)
+        Q = tl.load(q_ptr + qk_off[:, None] + rk[None, :], mask=qkmask, other=0.0).to(tl.float32)
+        if L2NORM:
+            Q = _l2norm_rows(Q, eps)
+        O = tl.dot(eG[:, None] * Q, S, input_precision=DOT)
+        O += tl.dot(tl.dot(Q, tl.trans(K), input_precision=DOT) * M, W, input_precision=DOT)
+        O *= scale
         if OUT_BF16:
             tl.store(o_ptr + vo_off, to_bf16(O, INTERP), mask=vomask)
         else:
             tl.store(o_ptr + vo_off, O, mask=vomask)
+        G_last = tl.sum(tl.where(rc == C - 1, G, 0.0), 0)
         tail = tl.exp(tl.where(tmask, tl.sum(tl.where(rc[:, None] == C - 1, seg, 0.0), 0), float("-inf")))
-        S = tl.exp(G_last) * S + tl.dot(tl.trans(tail[:, None] * K), W, input_precision="ieee")
+        S = tl.exp(G_last) * S + tl.dot(tl.trans(tail[:, None] * K), W, input_precision=DOT)
     tl.store(st_ptr + s_off, S, mask=smask)
 
 
@@ -112,5 +117,6 @@ def chunk(q, k, v, g, beta, initial_state, scale: float, qk_l2norm: bool, chunk_
     _chunk_kernel[(B * Hv, triton.cdiv(Dv, bv))](
         q, k, v, g, beta, s0, o, state, T, Hk, Hv, Dk, Dv, scale, L2_EPS,
         C=chunk_size, BK=triton.next_power_of_2(Dk), BV=bv, HAS_S0=initial_state is not None,
-        L2NORM=qk_l2norm, OUT_BF16=v.dtype == torch.bfloat16, INTERP=triton_interpreted())
+        L2NORM=qk_l2norm, OUT_BF16=v.dtype == torch.bfloat16, INTERP=triton_interpreted(),
+        DOT=dot_precision())
     return o, state
