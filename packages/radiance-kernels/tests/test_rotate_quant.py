@@ -1,6 +1,7 @@
 import pytest
 import torch
 from conftest import FULL_SHAPES
+
 from radiance_kernels import BackendUnavailableError
 from radiance_kernels.formats import e4m3
 from radiance_kernels.formats.rotation import random_rotations, rotate
@@ -71,6 +72,20 @@ def test_strided_rows_and_op_dispatch(device):
         for backend in ("reference", "triton"):
             got = torch.ops.radiance.rotate_quant(x, *recs, elem, granularity, backend)
             assert_same(dict(zip(("A", "AS", "RS"), got, strict=True)), want)
+
+
+def test_tables_memoised_per_records_and_invalidated_by_writes():
+    from radiance_kernels.formats.rotation import givens_tables
+    from radiance_kernels.ops.stream.triton import givens_tables_cached
+
+    pairs, theta, _ = random_rotations(2, 256, seed=6)
+    first = givens_tables_cached(pairs, theta)
+    assert givens_tables_cached(pairs, theta) is first
+    assert givens_tables_cached(pairs, theta.clone()) is not first  # another theta tensor
+    theta.mul_(0.5)
+    again = givens_tables_cached(pairs, theta)
+    assert all(torch.equal(a, b) for a, b in zip(again, givens_tables(pairs, theta), strict=True))
+    assert not torch.equal(again[1], first[1])
 
 
 def test_reference_semantics():

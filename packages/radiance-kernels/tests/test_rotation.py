@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from radiance_kernels.formats import rotation
 from radiance_kernels.formats.rotation import dense_matrix, random_rotation, rotate, validate_rotation
 

@@ -2,10 +2,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import FULL_SHAPES
+from test_rotate_quant import VARIANTS, activations, assert_same, poisoned
+
 from radiance_kernels.formats.rotation import random_rotations
 from radiance_kernels.ops.stream import reference
 from radiance_kernels.ops.stream import triton as st
-from test_rotate_quant import VARIANTS, activations, assert_same, poisoned
 
 # launch names; "_k" = gated_rms_norm with a [K] weight instead of the shared [128] one
 PRODUCERS = ("add_rms", "add_rms_gemma", "silu_mul", "sigmoid_gate", "gated_rms_norm", "gated_rms_norm_k")

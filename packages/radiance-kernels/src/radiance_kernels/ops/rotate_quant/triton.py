@@ -3,7 +3,8 @@
 The kernel itself is :func:`radiance_kernels.ops.stream.triton.launch` (one kernel for every producer;
 ``rotate_quant`` is the producer "none"). Bit-exactness with the reference rests on:
 
-- the Givens tables (partner, cos, signed sin) computed once in torch and shared by both backends;
+- the Givens tables (partner, cos, signed sin) computed in torch by the same function for both backends
+  (memoised per records tensor on the Triton side);
 - every layer computed as ``(c·x) + (s·x_mate)`` with separately rounded mul/mul/add — the kernel is
   launched with ``enable_fp_fusion=False`` so the GPU compiler does not contract them into FMAs;
 - the scale division as ``tl.math.div_rn`` (IEEE), the e4m3 encoder of :mod:`radiance_kernels.tl.e4m3`
@@ -58,7 +59,7 @@ def store_dt(ptr, offs, v, mask, DT: tl.constexpr):
 @triton.jit
 def rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: tl.constexpr, BM: tl.constexpr):
     """Channel-scale and rotate one 128-group tile v [BM, 128] by partition p's layers."""
-    v = v * tl.load(cs_ptr + p * K + g * 128 + cols)[None, :]
+    v = v * tl.load(cs_ptr + p * K + g * 128 + cols).to(tl.float32)[None, :]
     for r in tl.static_range(NL):
         off = (p * NL + r) * K + g * 128 + cols
         mate = tl.broadcast_to(tl.load(mate_ptr + off)[None, :], (BM, 128))

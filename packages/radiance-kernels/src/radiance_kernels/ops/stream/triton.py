@@ -11,9 +11,12 @@ The math follows :mod:`radiance_kernels.ops.stream.reference` operation for oper
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import triton
 import triton.language as tl
+from torch.utils.weak import WeakIdKeyDictionary
 
 from radiance_kernels.formats.rotation import GROUP, givens_tables
 from radiance_kernels.ops.rotate_quant import reference as rq_ref
@@ -168,6 +171,22 @@ def _prologue_kernel(
                 quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
 
 
+_TABLES: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def givens_tables_cached(pairs: torch.Tensor, theta: torch.Tensor):
+    """:func:`givens_tables` (partner, cos, sin), memoised per ``pairs`` tensor object while neither
+    ``pairs`` nor ``theta`` is replaced or modified in place (their ``_version``), so serving with static
+    records (and CUDA-graph replays) launches no table kernels after the first call."""
+    key = (theta._version, pairs._version)
+    hit = _TABLES.get(pairs)
+    if hit is not None and hit[0]() is theta and hit[1] == key:
+        return hit[2]
+    tables = givens_tables(pairs, theta)
+    _TABLES[pairs] = (weakref.ref(theta), key, tables)
+    return tables
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """bf16 tensors travel as int16 views (raw bits)."""
     return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
@@ -207,8 +226,8 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     if quant:
         pairs, theta, channel_scales = rotation
         P, NL = pairs.shape[0], pairs.shape[1]
-        mate, cos, sin = givens_tables(pairs, theta)
-        cs = channel_scales.to(torch.float32).contiguous()
+        mate, cos, sin = givens_tables_cached(pairs, theta)
+        cs = channel_scales.contiguous()
         a_shape, as_shape, rs_shape = rq_ref.output_shapes(P, M, K, granularity)
         buf("A", a_shape, rq_ref.code_dtype(elem))
         buf("AS", as_shape, torch.float32)
