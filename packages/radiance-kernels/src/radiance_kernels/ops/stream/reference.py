@@ -16,9 +16,10 @@ Producers (x, residual, gate [M, K]; weights 1-D in the activation dtype):
   order; inv = 1 / sqrt(ss / K + eps); hs = round(round(residual'·inv)·w) (vLLM RMSNorm) or
   round((residual'·inv)·(1 + w)) (``gemma=True``, vLLM GemmaRMSNorm). Returns (hs, residual'). The
   norm reads the dtype-rounded sum, as vLLM's fused_add_rms_norm kernels do.
-- ``silu_mul``: round(round(silu(g))·u) (vLLM SiluAndMul: bf16 silu, then bf16 product).
+- ``silu_mul`` (x = up half, gate = gate half): round(round(silu(gate))·x) (vLLM SiluAndMul: silu
+  rounded to the dtype, then the dtype product).
 - ``sigmoid_gate``: round(x·round(sigmoid(gate))) (eager ``x * torch.sigmoid(gate)``).
-- ``gated_rms_norm``: per 128-channel head, inv = 1 / sqrt(tree(x²)/128 + eps);
+- ``gated_rms_norm`` (gate = z): per 128-channel head, inv = 1 / sqrt(tree(x²)/128 + eps);
   round(((x·inv)·w)·silu(z)) in fp32, rounded once (vLLM RMSNormGated, norm before gate); w is [128]
   (shared by the heads) or [K].
 """
