@@ -144,3 +144,13 @@ def test_cli_gsm8k_ok(fake, tmp_path):
     assert r.exit_code == 0, r.output
     s = json.loads(out.read_text())["summary"]
     assert s["n"] == 20 and s["strict_correct"] == s["flexible_correct"] == 1  # only "7" is right
+
+
+def test_missing_optional_endpoints_are_not_errors(fake):
+    async def go():
+        async with Client(fake.url, "fake") as c:
+            return await c.metrics(), await c.server_info(), c.stats()
+
+    metrics, info, stats = asyncio.run(go())
+    assert metrics is None and info == {"version": "fake-0", "max_model_len": 1024, "root": None}
+    assert stats["errors"] == {}

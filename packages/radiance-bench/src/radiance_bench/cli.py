@@ -110,9 +110,7 @@ def gsm8k_cmd(
     }
 
     async def work(client):
-        recs = await gsm8k.run(
-            client, items, pool, n_shot, mode, max_tokens, temperature, seed, concurrency, progress
-        )
+        recs = await gsm8k.run(client, items, pool, n_shot, mode, max_tokens, temperature, seed, concurrency, progress)
         return gsm8k.summarise(recs), {"items": recs}
 
     _execute("gsm8k", url, model, out, timeout, retries, deadline, cfg, work)
@@ -123,9 +121,7 @@ def kld_cmd(
     url: Url = URL_DEFAULT,
     model: Model = None,
     out: Out = None,
-    corpus: Annotated[
-        list[Path] | None, typer.Option(help="text file (repeatable; default: shipped)")
-    ] = None,
+    corpus: Annotated[list[Path] | None, typer.Option(help="text file (repeatable; default: shipped)")] = None,
     chunk_chars: Annotated[int, typer.Option(help="characters per chunk, identical on both sides")] = 1500,
     max_chunks: Annotated[int, typer.Option(help="chunks per corpus")] = 32,
     top_k: Annotated[int, typer.Option(help="reference top-k (-1: whole vocabulary)")] = 20,
@@ -151,9 +147,7 @@ def kld_cmd(
     cand_k = top_k if cand_top_k is None else cand_top_k
     ref_only = ref is None and ref_url is None
     if ref_only and save_ref is None:
-        raise typer.BadParameter(
-            "give a reference: --ref-url, --ref, or --save-ref to collect one from --url"
-        )
+        raise typer.BadParameter("give a reference: --ref-url, --ref, or --save-ref to collect one from --url")
     cfg = {
         "corpora": [str(p) for p in corpora],
         "chunk_chars": chunk_chars,
@@ -178,9 +172,7 @@ def kld_cmd(
                 raise ValueError(f"{ref}: saved with top-k {meta['top_k']}, asked for {top_k}")
             cfg["ref_model"] = meta.get("model")
             return data
-        src = (
-            client if ref_only else Client(ref_url, ref_model, timeout=client.timeout, retries=client.retries)
-        )
+        src = client if ref_only else Client(ref_url, ref_model, timeout=client.timeout, retries=client.retries)
         try:
             await src.resolve_model()
             cfg["ref_model"] = src.model
@@ -207,38 +199,7 @@ def kld_cmd(
         cands = await kld.collect(
             client, chunks, cand_k, concurrency, "kld candidate", keep_lookup=True, progress=progress
         )
-        parts, per_chunk, failed = [], [], {}
-        for c, r, q in zip(chunks, refs, cands, strict=True):
-            if isinstance(q, str):
-                failed[q] = failed.get(q, 0) + 1
-                continue
-            try:
-                part = kld.compare_chunk(r, q)
-            except ValueError as exc:
-                failed[str(exc)] = failed.get(str(exc), 0) + 1
-                continue
-            parts.append(part | {"corpus": c["corpus"]})
-            per_chunk.append(
-                {
-                    "corpus": c["corpus"],
-                    "index": c["index"],
-                    "sha": c["sha"],
-                    "n_tokens": int(part["kl"].size),
-                    "mean_kld": float(part["kl"].mean()),
-                    "same_top_p": float(part["same_top"].mean()),
-                }
-            )
-        if not parts:
-            raise RuntimeError(f"no chunk could be compared: {failed}")
-        per_corpus = {
-            name: kld.summarise([p for p in parts if p["corpus"] == name])
-            for name in dict.fromkeys(p["corpus"] for p in parts)
-        }
-        summary = kld.summarise(parts) | {
-            "chunks_compared": len(parts),
-            "chunks_failed": sum(failed.values()),
-        }
-        return summary, {"per_corpus": per_corpus, "chunks": per_chunk, "chunk_failures": failed}
+        return kld.evaluate(chunks, refs, cands)
 
     _execute("kld-ref" if ref_only else "kld", url, model, out, timeout, retries, deadline, cfg, work)
 
@@ -248,9 +209,7 @@ def decode_ctx_cmd(
     url: Url = URL_DEFAULT,
     model: Model = None,
     out: Out = None,
-    contexts: Annotated[
-        str, typer.Option(help="context tokens, comma list; 'max' = the limit")
-    ] = "25,8192,32768",
+    contexts: Annotated[str, typer.Option(help="context tokens, comma list; 'max' = the limit")] = "25,8192,32768",
     max_tokens: Annotated[int, typer.Option(help="tokens decoded per request")] = 256,
     temperature: Temperature = 0.0,
     seed: Seed = 0,
@@ -328,9 +287,7 @@ def prefill_cmd(
         fill = await Filler.load(client, filler)
         rows = await perf.prefill(client, fill, keep, repeats, seed, progress=progress)
         best = max((r["prefill_tok_s"] for r in rows if r["prefill_tok_s"]), default=None)
-        return {"prefill_tok_s_max": best, "lengths_run": len(rows), "lengths_skipped": skipped}, {
-            "rows": rows
-        }
+        return {"prefill_tok_s_max": best, "lengths_run": len(rows), "lengths_skipped": skipped}, {"rows": rows}
 
     _execute("prefill", url, model, out, timeout, retries, deadline, cfg, work)
 
@@ -366,9 +323,7 @@ def mixbench_cmd(
     }
 
     async def work(client):
-        rows, per_cat, combined = await mixbench.single_stream(
-            client, cats, max_tokens, temperature, seed, progress
-        )
+        rows, per_cat, combined = await mixbench.single_stream(client, cats, max_tokens, temperature, seed, progress)
         sw = await mixbench.sweep(client, cats, lv, requests, max_tokens, temperature, seed, progress)
         summary = {
             "combined_decode_tok_s": combined,

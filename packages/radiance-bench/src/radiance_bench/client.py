@@ -126,7 +126,8 @@ class Client:
     def _remaining(self) -> float:
         return float("inf") if self.deadline_at is None else self.deadline_at - time.monotonic()
 
-    async def _attempts(self, once: Callable[[Outcome], Awaitable[None]]) -> Outcome:
+    async def _attempts(self, once: Callable[[Outcome], Awaitable[None]], optional: bool = False) -> Outcome:
+        """Run ``once`` under the retry/deadline/server-down policy; ``optional``: a 404 is no error."""
         out = Outcome(ok=False)
         self.requests += 1
         for attempt in range(self.retries + 1):
@@ -166,7 +167,8 @@ class Client:
             if out.chunk_times:  # a stream that broke after tokens arrived is not replayed
                 break
             await asyncio.sleep(min(self.backoff * 2**attempt, max(self._remaining(), 0)))
-        self.errors[out.error] += 1
+        if not (optional and out.error == "http_404"):
+            self.errors[out.error] += 1
         return out
 
     @staticmethod
@@ -225,9 +227,7 @@ class Client:
                         delta = choice.get("text")
                         if delta is None:
                             d = choice.get("delta") or {}
-                            delta = (d.get("content") or "") + (
-                                d.get("reasoning_content") or d.get("reasoning") or ""
-                            )
+                            delta = (d.get("content") or "") + (d.get("reasoning_content") or d.get("reasoning") or "")
                         if delta:
                             t = time.perf_counter() - t0
                             out.ttft = t if out.ttft is None else out.ttft
@@ -240,8 +240,9 @@ class Client:
 
         return await self._attempts(once)
 
-    async def get(self, path: str) -> Outcome:
-        """GET; JSON body in ``body`` when it parses, else the text in ``text``."""
+    async def get(self, path: str, optional: bool = False) -> Outcome:
+        """GET; JSON body in ``body`` when it parses, else the text in ``text``; ``optional``: an
+        endpoint the server may lack (404 is not counted as an error)."""
 
         async def once(out: Outcome) -> None:
             resp = await self.http.get(path)
@@ -252,7 +253,7 @@ class Client:
             except (json.JSONDecodeError, ValueError):
                 out.body = None
 
-        return await self._attempts(once)
+        return await self._attempts(once, optional)
 
     async def resolve_model(self) -> str:
         """The ``--model`` given, else the first model the server lists."""
@@ -267,7 +268,7 @@ class Client:
     async def server_info(self) -> dict:
         """Server version and the model's ``max_model_len`` where the server reports them."""
         info: dict = {}
-        ver = await self.get("/version")
+        ver = await self.get("/version", optional=True)
         if ver.ok and ver.body:
             info["version"] = ver.body.get("version")
         models = await self.get("/v1/models")
@@ -287,7 +288,7 @@ class Client:
 
     async def metrics(self) -> dict[str, float] | None:
         """/metrics as {sample name with labels: value}; None when the endpoint is missing."""
-        out = await self.get("/metrics")
+        out = await self.get("/metrics", optional=True)
         return parse_prometheus(out.text) if out.ok else None
 
 

@@ -18,7 +18,7 @@ from radiance_bench.stats import KLD_LABELS, sign_test
 
 #: Row key per kind and the figures compared side by side.
 SERIES = {
-    "decode-ctx": ("rows", "context", ["ms_per_step", "decode_tok_s", "tokens_per_step"]),
+    "decode-ctx": ("rows", "context", ["ms_per_step", "decode_tok_s"]),
     "prefill": ("rows", "length", ["prefill_tok_s", "ttft_ms"]),
     "mixbench": ("categories", "category", ["decode_tok_s"]),
 }
@@ -44,18 +44,14 @@ def compare(results: list[dict]) -> dict:
     if kind in SERIES:
         block, key, figs = SERIES[kind]
         out["series"] = {
-            fig: {
-                str(row[key]): [_lookup(r, block, key, row[key], fig) for r in results] for row in base[block]
-            }
+            fig: {str(row[key]): [_lookup(r, block, key, row[key], fig) for r in results] for row in base[block]}
             for fig in figs
         }
     return out
 
 
 def _summaries(results):
-    keys = [
-        k for k, v in results[0]["summary"].items() if isinstance(v, int | float) and not isinstance(v, bool)
-    ]
+    keys = [k for k, v in results[0]["summary"].items() if isinstance(v, int | float) and not isinstance(v, bool)]
     return {k: [r["summary"].get(k) for r in results] for k in keys}
 
 
@@ -100,9 +96,7 @@ def _wilcoxon(a: dict, b: dict) -> dict:
 def tables(cmp: dict) -> list[Table]:
     n = len(cmp["results"])
     heads = (
-        ["figure"]
-        + [f"[{i}] " + name for i, name in enumerate(cmp["results"])]
-        + [f"[{i}]/[0]" for i in range(1, n)]
+        ["figure"] + [f"[{i}] " + name for i, name in enumerate(cmp["results"])] + [f"[{i}]/[0]" for i in range(1, n)]
     )
     out = []
     t = Table(title=f"compare {cmp['kind']}")

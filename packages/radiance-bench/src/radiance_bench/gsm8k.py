@@ -42,9 +42,7 @@ def load_items(path: Path | None, limit: int | None = None) -> list[dict]:
             row = json.loads(line)
             question, answer = row["question"], row["answer"]
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(
-                f"{path}:{n}: expected a JSON object with 'question' and 'answer' ({exc})"
-            ) from exc
+            raise ValueError(f"{path}:{n}: expected a JSON object with 'question' and 'answer' ({exc})") from exc
         target = extract_strict(answer)
         if target is None:
             raise ValueError(f"{path}:{n}: answer has no '#### <number>' line")

@@ -130,9 +130,7 @@ def save_reference(path: Path, chunks: list[dict], ref: list[ChunkLogprobs], met
         ids=np.concatenate([r.ids for r in ref]),
         lp=np.concatenate([r.lp for r in ref]),
         tok_lp=np.concatenate([r.tok_lp for r in ref]),
-        meta=np.array(
-            json.dumps({**meta, "chunks": [{k: c[k] for k in ("corpus", "index", "sha")} for c in chunks]})
-        ),
+        meta=np.array(json.dumps({**meta, "chunks": [{k: c[k] for k in ("corpus", "index", "sha")} for c in chunks]})),
     )
     tmp.replace(path)
     return path
@@ -183,6 +181,37 @@ def summarise(parts: list[dict]) -> dict:
     out = kld_summary(cat["kl"], cat["same_top"], cat["ref_tok_lp"], cat["cand_tok_lp"], topk)
     out["cand_missing_frac"] = sum(p["missing"] for p in parts) / max(sum(p["slots"] for p in parts), 1)
     return out
+
+
+def evaluate(chunks: list[dict], refs: list[ChunkLogprobs], cands: list) -> tuple[dict, dict]:
+    """(summary, data) of a candidate against a reference; failed or mismatched chunks are counted."""
+    parts, per_chunk, failed = [], [], {}
+    for c, r, q in zip(chunks, refs, cands, strict=True):
+        try:
+            if isinstance(q, str):
+                raise ValueError(q)
+            part = compare_chunk(r, q)
+        except ValueError as exc:
+            failed[str(exc)] = failed.get(str(exc), 0) + 1
+            continue
+        parts.append(part | {"corpus": c["corpus"]})
+        per_chunk.append(
+            {
+                "corpus": c["corpus"],
+                "index": c["index"],
+                "sha": c["sha"],
+                "n_tokens": int(part["kl"].size),
+                "mean_kld": float(part["kl"].mean()),
+                "same_top_p": float(part["same_top"].mean()),
+            }
+        )
+    if not parts:
+        raise RuntimeError(f"no chunk could be compared: {failed}")
+    per_corpus = {
+        name: summarise([p for p in parts if p["corpus"] == name]) for name in dict.fromkeys(p["corpus"] for p in parts)
+    }
+    summary = summarise(parts) | {"chunks_compared": len(parts), "chunks_failed": sum(failed.values())}
+    return summary, {"per_corpus": per_corpus, "chunks": per_chunk, "chunk_failures": failed}
 
 
 def reference_summary(ref: list[ChunkLogprobs]) -> dict:

@@ -1,7 +1,8 @@
 """Mixbench: eight shipped prompt categories, single-stream decode by category, a concurrency sweep.
 
 Single stream: every prompt once, one at a time, through the chat template. A category's decode rate
-is Σ(completion tokens − 1) / Σ(decode time) over its prompts; the combined rate is the
+is Σ(completion tokens − 1) / Σ(decode time) over its prompts (engine-side decode time from /metrics
+where the server exports it, else the streamed chunks' span; see `perf`); the combined rate is the
 category-weighted mean Σ_c w_c · rate_c (weights shipped with the prompts, normalised to 1).
 Sweep: at each concurrency c, ``max(requests, 2c)`` requests (prompts cycled) with c in flight;
 aggregate tok/s = completion tokens / wall time, and TTFT, TPOT, ITL p50/p90 as vLLM names them.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 
 from radiance_bench.client import Client, gather_bounded
-from radiance_bench.perf import decode_rate
+from radiance_bench.perf import decode_rate, engine_delta, snapshot
 from radiance_bench.stats import latency_summary
 
 
@@ -36,26 +37,29 @@ async def single_stream(
     """(per-prompt rows, per-category rows, combined weighted decode tok/s)."""
 
     async def one(p):
+        before = await snapshot(client)
         out = await client.stream("/v1/chat/completions", _payload(client, p, max_tokens, temperature, seed))
-        span = out.chunk_times[-1] - out.chunk_times[0] if len(out.chunk_times) > 1 else 0.0
-        return {"id": p["id"], "category": p["category"], **decode_rate(out), "decode_s": span}
+        row = {"id": p["id"], "category": p["category"], **decode_rate(out)}
+        engine = engine_delta(before, await snapshot(client))
+        if engine and engine["decode_tok_s"]:
+            tokens, secs = engine["generation_tokens"] - engine["requests"], engine["decode_s"]
+            row |= {"stream_decode_tok_s": row["decode_tok_s"], "decode_tok_s": tokens / secs, "decode_s": secs}
+        return row | {"timing": "engine" if engine and engine["decode_tok_s"] else "stream"}
 
     rows = await gather_bounded(flat_prompts(categories), one, 1, "mixbench single", progress)
     cats = []
     for name, cat in categories.items():
-        mine = [r for r in rows if r["category"] == name and r["error"] is None and r["decode_s"] > 0]
-        toks = sum(r["completion_tokens"] - 1 for r in mine)
-        secs = sum(r["decode_s"] for r in mine)
-        steps = [r["tokens_per_step"] for r in mine if r["tokens_per_step"] is not None]
+        mine = [r for r in rows if r["category"] == name]
+        rated = [r for r in mine if r["decode_tok_s"]]
+        secs = sum(r["decode_s"] for r in rated)
         cats.append(
             {
                 "category": name,
                 "weight": cat["weight"],
-                "prompts": len(cat["prompts"]),
-                "errors": sum(r["category"] == name and r["error"] is not None for r in rows),
-                "decode_tok_s": toks / secs if secs > 0 else None,
-                "tokens_per_step": sum(steps) / len(steps) if steps else None,
-                **latency_summary("ttft", [r["ttft_ms"] / 1e3 for r in mine if r["ttft_ms"]], (50,)),
+                "prompts": len(mine),
+                "errors": sum(r["error"] is not None for r in mine),
+                "decode_tok_s": sum(r["completion_tokens"] - 1 for r in rated) / secs if secs > 0 else None,
+                **latency_summary("ttft", [r["ttft_ms"] / 1e3 for r in rated if r["ttft_ms"]], (50,)),
             }
         )
     rated = [c for c in cats if c["decode_tok_s"] is not None]
@@ -83,9 +87,7 @@ async def sweep(
         t0 = time.perf_counter()
         outs = await gather_bounded(
             batch,
-            lambda p: client.stream(
-                "/v1/chat/completions", _payload(client, p, max_tokens, temperature, seed)
-            ),
+            lambda p: client.stream("/v1/chat/completions", _payload(client, p, max_tokens, temperature, seed)),
             c,
             f"mixbench conc {c}",
             progress,

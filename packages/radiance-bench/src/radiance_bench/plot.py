@@ -60,10 +60,7 @@ def plot(results: list[dict], out: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     if kind == "mixbench":
         cats = [c["category"] for c in results[0]["categories"]] + ["combined"]
-        vals = [
-            [c["decode_tok_s"] for c in r["categories"]] + [r["summary"]["combined_decode_tok_s"]]
-            for r in results
-        ]
+        vals = [[c["decode_tok_s"] for c in r["categories"]] + [r["summary"]["combined_decode_tok_s"]] for r in results]
         _bars(axes[0], cats, results, vals, "decode tok/s (single stream)", "Decode throughput by category")
         _lines(
             axes[1],
@@ -141,10 +138,7 @@ def plot(results: list[dict], out: Path) -> Path:
             axes[1],
             ["Same top p", "top-k mass left out"],
             results,
-            [
-                [100 * r["summary"]["same_top_p"], 100 * r["summary"]["topk_mass_left_out_mean"]]
-                for r in results
-            ],
+            [[100 * r["summary"]["same_top_p"], 100 * r["summary"]["topk_mass_left_out_mean"]] for r in results],
             "%",
             "Top-1 agreement and the mass outside the top-k",
         )
@@ -174,9 +168,7 @@ def plot(results: list[dict], out: Path) -> Path:
             "% prompts",
             "Runs agreeing",
         )
-        _bars(
-            axes[1], ["errored"], results, [[r["summary"]["errored"]] for r in results], "requests", "Errors"
-        )
+        _bars(axes[1], ["errored"], results, [[r["summary"]["errored"]] for r in results], "requests", "Errors")
     else:
         raise ValueError(f"no plot for result kind {kind!r}")
     for ax in axes:

@@ -61,16 +61,13 @@ def tables(res: dict) -> list[Table]:
             )
         return out
     if kind == "kld-ref":
-        return [
-            _table(_title(res), ["statistic", "value"], [[k, v] for k, v in s.items()] + [_client_row(res)])
-        ]
+        return [_table(_title(res), ["statistic", "value"], [[k, v] for k, v in s.items()] + [_client_row(res)])]
     if kind == "decode-ctx":
         rows = [
             [
                 r["context"],
                 r["ms_per_step"],
                 r["decode_tok_s"],
-                r["tokens_per_step"],
                 r["ttft_ms"],
                 (r["spec_decode"] or {}).get("acceptance_per_draft"),
                 (r["spec_decode"] or {}).get("tokens_per_update"),
@@ -81,38 +78,26 @@ def tables(res: dict) -> list[Table]:
         return [
             _table(
                 _title(res),
-                ["context", "ms/step", "tok/s", "tok/step", "TTFT ms", "acc/draft", "tok/update", "errors"],
+                ["context", "ms/step", "decode tok/s", "TTFT ms", "acc/draft", "tok/update", "errors"],
                 rows,
             )
         ]
     if kind == "prefill":
-        rows = [
-            [r["length"], r["prefill_tok_s"], r["ttft_ms"], r["ttft_ms_min"], r["errors"]]
-            for r in res["rows"]
-        ]
-        return [
-            _table(
-                _title(res), ["prompt tokens", "prefill tok/s", "TTFT ms", "TTFT ms (min)", "errors"], rows
-            )
-        ]
+        rows = [[r["length"], r["prefill_tok_s"], r["ttft_ms"], r["ttft_ms_min"], r["errors"]] for r in res["rows"]]
+        return [_table(_title(res), ["prompt tokens", "prefill tok/s", "TTFT ms", "TTFT ms (min)", "errors"], rows)]
     if kind == "mixbench":
         cats = [
             [
                 c["category"],
                 c["weight"],
                 c["decode_tok_s"],
-                c["tokens_per_step"],
                 c["ttft_ms_p50"],
                 c["errors"],
             ]
             for c in res["categories"]
         ]
-        cats.append(["combined (weighted)", 1.0, s["combined_decode_tok_s"], None, None, s["single_errors"]])
-        out = [
-            _table(
-                _title(res), ["category", "weight", "decode tok/s", "tok/step", "TTFT p50 ms", "errors"], cats
-            )
-        ]
+        cats.append(["combined (weighted)", 1.0, s["combined_decode_tok_s"], None, s["single_errors"]])
+        out = [_table(_title(res), ["category", "weight", "decode tok/s", "TTFT p50 ms", "errors"], cats)]
         if res.get("sweep"):
             keys = [
                 "aggregate_tok_s",
