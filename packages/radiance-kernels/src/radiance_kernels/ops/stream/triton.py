@@ -237,6 +237,8 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         P, NL, inv_qmax = 1, 0, 0.0
         mate = cos = sin = cs = torch.empty(1, dtype=torch.float32, device=dev)  # never read
     dummy = torch.empty(1, dtype=torch.int16 if a.dtype == torch.bfloat16 else a.dtype, device=dev)  # never read
+    if M == 0:
+        return out
     BM = 16 if M <= 16 else 32
     GPP = G if row_wide else 1
     grid = (P, triton.cdiv(M, BM), triton.cdiv(G, GPP))
