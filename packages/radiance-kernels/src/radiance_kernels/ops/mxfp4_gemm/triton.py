@@ -14,11 +14,11 @@ import triton
 import triton.language as tl
 
 from radiance_kernels.ops.mxfp4_gemm.reference import MXPrepared, check_inputs
-from radiance_kernels.ops.w4a8_gemm.triton import launch, load_nibbles, tile_coords
+from radiance_kernels.ops.w4a8_gemm.triton import NO_SPECIALIZE, launch, load_nibbles, tile_coords
 from radiance_kernels.tl.bf16 import to_bf16
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _mxfp4_kernel(
     a_ptr, as_ptr, wp_ptr, ws_ptr, out_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,

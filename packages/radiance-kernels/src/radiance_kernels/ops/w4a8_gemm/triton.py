@@ -26,6 +26,8 @@ from radiance_kernels.tl.bf16 import to_bf16
 from radiance_kernels.tl.e4m3 import e4m3_encode_sw
 
 DECODE_MAX_M = 64
+# Runtime ints that vary per call/layer: one compiled kernel for all of them (no 1 / %16 variants).
+NO_SPECIALIZE = ["M", "b1", "b2", "groups_per_split"]
 _SMS = 132  # H200
 
 
@@ -53,7 +55,7 @@ def load_nibbles(w_ptr, k0, offs_n, mask_n, N, BK: tl.constexpr, BN: tl.constexp
     return tl.reshape((words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 15, (BK, BN))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _w4a8_kernel(
     a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, out_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
