@@ -49,7 +49,7 @@ def assert_same(got: dict, want: tuple) -> None:
 
 
 CASES = [(torch.bfloat16, 1, 1, 128), (torch.float16, 2, 5, 384), (torch.float32, 3, 16, 256),
-         (torch.bfloat16, 3, 7, 512)]
+         (torch.bfloat16, 3, 7, 512), (torch.bfloat16, 2, 20, 128)]  # M=20: two row blocks, one partial
 
 
 @pytest.mark.parametrize("dtype, P, M, K", CASES)

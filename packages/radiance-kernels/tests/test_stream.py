@@ -61,13 +61,14 @@ def check_family(name, M, K, P, dtype, device, variants, hw=False):
             assert torch.equal(got["hs"], plain[0]) and torch.equal(got["residual"], plain[1])
 
 
-CASES = [(torch.bfloat16, 2, 5, 256), (torch.float16, 3, 16, 384), (torch.float32, 1, 3, 128)]
+CASES = [(torch.bfloat16, 2, 5, 256, VARIANTS), (torch.float16, 3, 16, 384, VARIANTS[::3]),
+         (torch.float32, 1, 3, 128, VARIANTS[::3]), (torch.bfloat16, 1, 20, 128, VARIANTS[1:3])]
 
 
 @pytest.mark.parametrize("name", PRODUCERS)
-@pytest.mark.parametrize("dtype, P, M, K", CASES)
-def test_fused_equals_chain_bytewise(device, name, dtype, P, M, K):
-    check_family(name, M, K, P, dtype, device, VARIANTS if dtype == torch.bfloat16 else VARIANTS[::3])
+@pytest.mark.parametrize("dtype, P, M, K, variants", CASES)
+def test_fused_equals_chain_bytewise(device, name, dtype, P, M, K, variants):
+    check_family(name, M, K, P, dtype, device, variants)
 
 
 def test_ops_dispatch_and_outputs(device):

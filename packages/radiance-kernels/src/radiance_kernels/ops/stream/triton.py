@@ -1,6 +1,6 @@
 """The prologue kernel: producer → (channel scale + Givens rotation + 8-bit quant), one launch.
 
-One program per (partition p, BM-row block, group chunk). ``PRODUCER`` picks what feeds the rotation
+One program per (partition p, 16-row block, group chunk). ``PRODUCER`` picks what feeds the rotation
 (0 none = ``rotate_quant``, 1 add+RMSNorm — Gemma weight when ``GEMMA`` —, 3 silu_mul, 4 sigmoid_gate,
 5 per-head gated RMSNorm); ``QUANT=False`` runs the plain producer (no rotation). A row-wide step
 (the RMSNorm's sum of squares, the per-token amax) makes the program own all groups of its rows and
@@ -25,6 +25,7 @@ from radiance_kernels.ops.stream import reference as ref
 
 PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 1, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
 _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+BM = 16  # rows per program (one value: one compiled variant per producer/quant mode)
 
 _LOG2E: tl.constexpr = tl.constexpr(ref.LOG2E)
 _LN2_HI: tl.constexpr = tl.constexpr(ref.LN2_HI)
@@ -239,7 +240,6 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     dummy = torch.empty(1, dtype=torch.int16 if a.dtype == torch.bfloat16 else a.dtype, device=dev)  # never read
     if M == 0:
         return out
-    BM = 16 if M <= 16 else 32
     GPP = G if row_wide else 1
     grid = (P, triton.cdiv(M, BM), triton.cdiv(G, GPP))
     _prologue_kernel[grid](
