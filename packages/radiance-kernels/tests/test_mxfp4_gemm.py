@@ -181,3 +181,12 @@ def test_fed_by_rotate_quant(device):
     exact = torch.cat([rotate(x.cpu(), pairs[p].cpu(), theta[p].cpu(), cs[p].cpu(), torch.float64)
                        @ W[bounds[p]:bounds[p + 1]].t() for p in range(P)], dim=1)
     assert rel(ref.cpu(), exact)[0] < 0.05
+
+
+def test_opcheck():
+    """Schema, fake tensor and AOT dispatch of both custom ops (what torch.compile in vLLM relies on)."""
+    A, AS, _ = acts(2, 3, 256)
+    w = prepare(*weights(256, 256))
+    args = (A, AS, w.wp, w.ws, [0, 128, 256], "auto", "reference")
+    torch.library.opcheck(torch.ops.radiance.mxfp4_gemm.default, args)
+    torch.library.opcheck(torch.ops.radiance.mxfp4_gemm_out.default, (torch.zeros(5, 256, dtype=torch.bfloat16), *args))

@@ -229,3 +229,12 @@ def test_fed_by_rotate_quant(elem, granularity, zpe, device):
     exact = torch.cat([rotate(x.cpu(), pairs[p].cpu(), theta[p].cpu(), cs[p].cpu(), torch.float64)
                        @ W[:, bounds[p]:bounds[p + 1]] for p in range(P)], dim=1)
     assert rel(ref.cpu(), exact)[0] < 0.05
+
+
+def test_opcheck():
+    """Schema, fake tensor and AOT dispatch of both custom ops (what torch.compile in vLLM relies on)."""
+    A, AS, RS, _ = acts(2, 3, 256, "e4m3", True)
+    w = prepare_codes(*weights(256, 256, 5), 5)
+    args = (A, AS, RS, w.wq, w.wh, w.sz, [0, 128, 256], 5, True, "auto", "reference")
+    torch.library.opcheck(torch.ops.radiance.w4a8_gemm.default, args)
+    torch.library.opcheck(torch.ops.radiance.w4a8_gemm_out.default, (torch.zeros(5, 256, dtype=torch.bfloat16), *args))

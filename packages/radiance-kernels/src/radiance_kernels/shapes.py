@@ -17,6 +17,8 @@ Where the numbers come from (the seeds' engineering log, 001_fa4066f510379ace):
   48 value heads x 128 (v, z N = 6144 each; out_proj K = 6144); in_proj_ba = b and a, 48 heads each.
 - TP=2 splits every N (column-parallel) or K (row-parallel: o_proj, down, out_proj) in half; the
   KV heads (4) split 2 per rank.
+- ``gdn.in_proj_ba`` is bf16 in the PARO checkpoint (unquantised); it is listed because the MXFP4
+  requant path quantises it (one partition: no rotation).
 """
 
 from __future__ import annotations
