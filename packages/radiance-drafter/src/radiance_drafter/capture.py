@@ -25,7 +25,7 @@ from tqdm import tqdm
 from radiance_drafter.codec import dequantize, quantize
 from radiance_drafter.model import write_json
 from radiance_drafter.prompts import Prompt, prompt_seed
-from radiance_drafter.target import Sampling, ServedGenerator, TargetRunner
+from radiance_drafter.target import Sampling, ServedGenerator, TargetRunner, prompt_ids
 
 INDEX = "index.json"
 FORMAT = "radiance-dflash-capture/1"
@@ -51,7 +51,7 @@ def capture(prompts: list[Prompt], target_dir: str | Path, out_dir: str | Path, 
     for start in range(0, len(todo), shard_size):
         tensors, meta = {}, []
         for p in todo[start:start + shard_size]:
-            ids = runner.prompt_ids(p)
+            ids = prompt_ids(runner.tokenizer, p)
             seed = prompt_seed(sampling.seed, p.id)
             seq = ids + gen.generate(ids, sampling, seed)
             taps, final = runner.hidden(seq)

@@ -7,6 +7,7 @@ row), so every row uses the full e4m3 range; relative error per element is at mo
 from __future__ import annotations
 
 import torch
+
 from radiance_kernels.formats import e4m3
 
 

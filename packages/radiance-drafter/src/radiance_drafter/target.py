@@ -32,6 +32,14 @@ class Sampling:
         return asdict(self)
 
 
+def prompt_ids(tokenizer, p: Prompt) -> list[int]:
+    """Token ids of a prompt: the chat template with the generation prompt, or the raw text."""
+    if p.messages is not None:
+        ids = tokenizer.apply_chat_template(list(p.messages), add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return tokenizer.encode(p.prompt, add_special_tokens=False)
+
+
 class TargetRunner:
     """A transformers causal LM with hooks on the tapped layers and on the final norm."""
 
@@ -56,12 +64,6 @@ class TargetRunner:
         def hook(_module, _inputs, output):
             self._taps[key] = output[0] if isinstance(output, tuple) else output
         return hook
-
-    def prompt_ids(self, p: Prompt) -> list[int]:
-        if p.messages is not None:
-            ids = self.tokenizer.apply_chat_template(list(p.messages), add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
-        return self.tokenizer.encode(p.prompt, add_special_tokens=False)
 
     @torch.no_grad()
     def generate(self, ids: list[int], sampling: Sampling, seed: int) -> list[int]:

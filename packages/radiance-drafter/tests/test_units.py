@@ -1,0 +1,121 @@
+"""Fast unit tests: config, tensor layout, blocks, codecs, prompt split, counters, promote rule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from radiance_drafter.blocks import IGNORE, build_blocks, position_weights
+from radiance_drafter.codec import dequantize, quantize
+from radiance_drafter.compare import compare
+from radiance_drafter.config import DrafterConfig, spread_layer_ids
+from radiance_drafter.export import dequantize_fp8_block, quantize_fp8_block
+from radiance_drafter.model import DFlashDrafter
+from radiance_drafter.prompts import Prompt, split_heldout
+from radiance_drafter.served import aggregate, read_counters
+from radiance_kernels.formats import e4m3
+
+CFG = DrafterConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=32, vocab_size=512, num_target_layers=2,
+                    target_layer_ids=(0, 1), mask_token_id=0, block_size=4)
+
+
+def test_config_round_trip_and_vllm_keys():
+    hf = CFG.to_hf()
+    assert hf["architectures"] == ["DFlashDraftModel"] and hf["model_type"] == "qwen3"
+    assert hf["dflash_config"] == {"target_layer_ids": [0, 1], "mask_token_id": 0}
+    assert DrafterConfig.from_hf(hf) == CFG
+    assert spread_layer_ids(64, 5) == (1, 16, 31, 46, 61)
+    with pytest.raises(ValueError, match="target_layer_ids"):
+        DrafterConfig.from_hf({**hf, "dflash_config": {"target_layer_ids": [2], "mask_token_id": 0}}).validate()
+
+
+def test_checkpoint_tensor_names():
+    names = set(DFlashDrafter(CFG).state_dict())
+    per_layer = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                 "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+                 "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                 "input_layernorm.weight", "post_attention_layernorm.weight"}
+    assert names == {f"layers.{i}.{n}" for i in range(2) for n in per_layer} | {"norm.weight", "fc.weight",
+                                                                                  "hidden_norm.weight"}
+    assert DFlashDrafter(CFG).fc.weight.shape == (128, 256)
+
+
+def test_blocks_visibility_labels_and_weights():
+    toks = torch.arange(10, 20)
+    b = build_blocks([toks], [torch.tensor([3, 6])], block_size=4, mask_token_id=0, ctx_len=10)
+    assert b.q_ids[0].tolist() == [13, 0, 0, 0, 16, 0, 0, 0]
+    assert b.q_pos[0].tolist() == [3, 4, 5, 6, 6, 7, 8, 9]
+    assert b.labels[0].tolist() == [IGNORE, 14, 15, 16, IGNORE, 17, 18, 19]
+    vis = b.visible[0]
+    assert vis[0, :10].tolist() == [True] * 3 + [False] * 7  # block 1 sees context 0..2
+    assert vis[5, :10].tolist() == [True] * 6 + [False] * 4  # block 2 sees context 0..5
+    assert vis[1, 10:].tolist() == [True] * 4 + [False] * 4  # non-causal in its block, not the other block
+    w = position_weights(8)
+    assert w[0] == 0 and torch.allclose(w[1:], torch.exp(-torch.arange(7.0) / 4))
+
+
+def test_hidden_codec_error_bound():
+    x = torch.randn(7, 3, 128) * torch.logspace(-3, 3, 7)[:, None, None]
+    codes, scale = quantize(x)
+    assert codes.dtype == torch.uint8 and codes.shape == (7, 384) and scale.shape == (7, 3)
+    y = dequantize(codes, scale).view(7, 3, 128)
+    big = x.abs() >= 2**-6 * scale[..., None]  # normal e4m3 range: relative error <= 2^-4
+    assert ((y - x).abs() <= x.abs() * 2**-4 + 1e-30)[big].all()
+    assert torch.equal(codes, quantize(x)[0])
+
+
+def test_fp8_block_export_round_trip():
+    w = torch.randn(200, 300)
+    codes, scale = quantize_fp8_block(w)
+    assert codes.dtype == torch.float8_e4m3fn and scale.shape == (2, 3)
+    assert torch.equal(codes.view(torch.uint8), e4m3.encode(w / scale.repeat_interleave(128, 0)[:200]
+                                                              .repeat_interleave(128, 1)[:, :300]))
+    err = (dequantize_fp8_block(codes, scale) - w).abs().max() / w.abs().max()
+    assert err < 2**-4
+
+
+def test_heldout_round_robin():
+    ps = [Prompt(f"{s}{i}", s, prompt="x") for s, n in (("a", 10), ("b", 3), ("c", 1)) for i in range(n)]
+    train, held = split_heldout(ps, 6, seed=0)
+    assert sorted(p.source for p in held) == ["a", "a", "a", "b", "b", "c"]
+    assert not {p.id for p in train} & {p.id for p in held} and len(train) + len(held) == len(ps)
+
+
+def test_counters_and_aggregate():
+    text = "\n".join([
+        '# TYPE vllm:spec_decode_num_drafts counter',
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0',
+        'vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e9',
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 70.0',
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 21.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 9.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 6.0',
+        'vllm:generation_tokens_total{engine="0",model_name="m"} 31.0'])
+    c = read_counters(text)
+    assert c == {"drafts": 10, "draft_tokens": 70, "accepted_tokens": 21, "pos/0": 9, "pos/1": 6,
+                 "generation_tokens": 31}
+    r = aggregate([{"id": "p", "source": "s", "tokens": 31, "seconds": 2.0, "counters": c}], 2, {"kind": "served"})
+    assert r["acc_per_draft"] == 2.1 and r["tokens_per_update"] == 3.1 and r["accept_rate"] == 0.3
+    assert r["accept_rate_by_pos"] == [0.9, 0.6] and r["tokens_per_s"] == 15.5
+
+
+def _result(values: dict[str, float], tokens: int) -> dict:
+    per = {s: {"acc_per_draft": v, "completion_tokens": tokens // len(values)} for s, v in values.items()}
+    return {"kind": "served", "sampling": {"temperature": 0.7}, "prompt_ids": ["x"], "completion_tokens": tokens,
+            "acc_per_draft": sum(values.values()) / len(values), "per_source": per}
+
+
+def test_promote_rule_refuses_small_evaluations_and_counts_sources():
+    base = _result({"chat": 3.0, "code": 3.0, "math": 3.0}, 60_000)
+    cand = _result({"chat": 2.7, "code": 3.3, "math": 3.9}, 60_000)
+    r = compare(base, cand)
+    assert (r["wins"], r["losses"], r["verdict"]) == (2, 1, "promote")
+    assert math.isclose(r["gain"], 0.1)
+    small = compare(_result({"chat": 3.0}, 40_000), _result({"chat": 4.0}, 40_000))
+    assert small["verdict"] == "refused" and "40000 completion tokens < 50000" in small["refusals"][0]
+    assert compare(base, _result({"chat": 2.0, "code": 2.0, "math": 5.5}, 60_000))["verdict"] == "keep-baseline"
+    other = {**cand, "sampling": {"temperature": 0.0}}
+    assert compare(base, other)["verdict"] == "refused"
