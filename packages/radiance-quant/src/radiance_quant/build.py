@@ -24,7 +24,7 @@ import torch
 from radiance_kernels.formats import awq, mx, rotation
 
 from radiance_quant.io import Checkpoint, CheckpointError, Job, run_units, units
-from radiance_quant.paroquant import GROUP, linears, quant_config, to_rotated
+from radiance_quant.paroquant import GROUP, ROW_CHUNK, linears, quant_config, to_rotated
 
 FORMATS = ("int4", "int5", "mxfp4")
 KROT = 8
@@ -117,11 +117,15 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
             w0 = base.get(n)
             N, K = w0.shape
             pairs, theta, cs = records(m, K)
-            wt = to_rotated(w0, pairs, theta, cs)
-            q = quant_tensors(wt, fmt, pow2, rule)
-            err = dequant_tensors(q) - wt
-            figures[m] = {"N": N, "K": K, "rel_rms": float(err.norm() / wt.norm().clamp(min=1e-300))}
-            out |= {f"{m}.{k}": v for k, v in q.items()}
+            parts, err2, ref2 = [], 0.0, 0.0
+            for rows in w0.split(ROW_CHUNK):  # rows are independent in every format: bounded temporaries
+                wt = to_rotated(rows, pairs, theta, cs)
+                parts.append(quant_tensors(wt, fmt, pow2, rule))
+                err2 += float((dequant_tensors(parts[-1]) - wt).norm()) ** 2
+                ref2 += float(wt.norm()) ** 2
+            dim = 0 if fmt == "mxfp4" else 1  # int formats store [K, N]-oriented tensors
+            out |= {f"{m}.{k}": torch.cat([p[k] for p in parts], dim=dim) for k in parts[0]}
+            figures[m] = {"N": N, "K": K, "rel_rms": (err2 / max(ref2, 1e-300)) ** 0.5}
             out |= {f"{m}.theta": theta, f"{m}.pairs": pairs, f"{m}.channel_scales": cs}
         return out
 

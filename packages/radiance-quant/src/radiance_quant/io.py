@@ -97,7 +97,7 @@ class Checkpoint:
             for name, f in weight_map.items():
                 if self._where.get(name) != f:
                     raise CheckpointError(f"{self.dir / f}: tensor {name} listed in {INDEX} is not in that shard")
-        self._handles: dict[str, object] = {}
+        self._handle: tuple[str, object] | None = None
 
     def names(self) -> list[str]:
         return sorted(self._where)
@@ -130,10 +130,10 @@ class Checkpoint:
         """Read one tensor (memory-mapped), after checking dtype/shape against the header."""
         self.check(name, dtype, shape)
         f = self._where[name]
-        if f not in self._handles:
-            self._handles[f] = safe_open(self.dir / f, framework="pt")
+        if self._handle is None or self._handle[0] != f:  # one open shard at a time: mapped pages are released
+            self._handle = (f, safe_open(self.dir / f, framework="pt"))
         try:
-            return self._handles[f].get_tensor(name)
+            return self._handle[1].get_tensor(name).clone()
         except Exception as e:  # safetensors raises its own error types
             raise CheckpointError(f"{self.dir / f}: tensor {name}: {e}") from e
 

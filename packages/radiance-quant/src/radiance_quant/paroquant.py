@@ -18,7 +18,7 @@ from radiance_quant.io import Checkpoint, CheckpointError
 
 GROUP = 128
 QUANT_TENSORS = ("qweight", "qzeros", "scales", "theta", "pairs", "channel_scales")
-ROW_CHUNK = 2048
+ROW_CHUNK = 512
 
 
 def to_rotated(w0: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
