@@ -2,10 +2,12 @@
 
 import pytest
 import torch
-from radiance_kernels.formats import awq
+from radiance_kernels.formats import awq, mx
 from radiance_kernels.formats.rotation import dense_matrix, random_rotation
 from vllm.model_executor.layers.linear import MergedColumnParallelLinear
 
+from radiance_vllm.mxfp4_config import ParoQuantMXFP4Config
+from radiance_vllm.mxfp4_method import ParoMXFP4LinearMethod
 from radiance_vllm.param_loading import CheckpointError
 from radiance_vllm.paroquant_config import ParoQuantConfig
 from radiance_vllm.paroquant_method import ParoQuantLinearMethod
@@ -16,21 +18,33 @@ PREFIX = "model.layers.0.mlp.gate_up_proj"
 
 
 def projection(seed, bits, rotation_seed=None):
+    """Checkpoint tensors of one projection: int4/int5 (bits 4/5) or MXFP4 (bits 0)."""
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(SIZES[seed % 2], K, generator=g, dtype=torch.float64)
     pairs, theta, cs = random_rotation(K, 8, seed=seed if rotation_seed is None else rotation_seed)
     wr = (w / cs.double()) @ dense_matrix(pairs, theta).T
+    rot = {"pairs": pairs, "theta": theta, "channel_scales": cs}
+    if bits == 0:
+        packed, scales = mx.quantize_mxfp4(wr, rule="mse")
+        return {"weight_packed": packed, "weight_scale": scales} | rot
     codes, zeros, scales = awq.quantize_asym(wr.T.contiguous(), bits)
-    return awq.to_checkpoint(codes, zeros, scales, bits) | {"pairs": pairs, "theta": theta, "channel_scales": cs}
+    return awq.to_checkpoint(codes, zeros, scales, bits) | rot
+
+
+def dequantized(t):
+    if "weight_packed" in t:
+        return mx.dequantize_mxfp4(t["weight_packed"], t["weight_scale"])
+    codes, zeros, scales, _ = awq.from_checkpoint(t)
+    return awq.dequantize(codes, zeros, scales).T
 
 
 def make_layer(bits=4):
-    cfg = ParoQuantConfig(bits=bits, group_size=128, krot=8)
+    cfg = ParoQuantConfig(bits=bits, group_size=128, krot=8) if bits else ParoQuantMXFP4Config(krot=8, group_size=128)
     cfg.packed_modules_mapping = {"gate_up_proj": ["gate_proj", "up_proj"]}
     layer = MergedColumnParallelLinear.__new__(MergedColumnParallelLinear)
     torch.nn.Module.__init__(layer)
     layer.prefix, layer.output_sizes, layer.tp_rank, layer.tp_size = PREFIX, SIZES, 0, 1
-    method = ParoQuantLinearMethod(cfg)
+    method = ParoQuantLinearMethod(cfg) if bits else ParoMXFP4LinearMethod(cfg)
     method.create_weights(layer, K, SIZES, K, sum(SIZES), torch.float32, weight_loader=layer.weight_loader)
     return layer, method
 
@@ -42,7 +56,7 @@ def load(layer, shards):
             param.weight_loader(param, t, shard_id)
 
 
-@pytest.mark.parametrize("bits", [4, 5])
+@pytest.mark.parametrize("bits", [4, 5, 0])
 def test_merged_linear_loads_and_matches_the_simulated_reference(bits):
     shards = [projection(0, bits), projection(1, bits)]
     layer, method = make_layer(bits)
@@ -51,10 +65,10 @@ def test_merged_linear_loads_and_matches_the_simulated_reference(bits):
     assert layer.rot_bounds_list == [0, 128, 192] and layer.rot_pairs.shape == (2, 8, K)
     x = torch.randn(5, K, generator=torch.Generator().manual_seed(9))
     y = method.apply(layer, x)
+    act = ("e4m3", "group") if bits else ("e4m3", "token")
     for i, (lo, hi) in enumerate([(0, 128), (128, 192)]):
-        codes, zeros, scales, _ = awq.from_checkpoint(shards[i])
-        w = awq.dequantize(codes, zeros, scales).T
-        ref = SimLinear(w, (shards[i]["pairs"], shards[i]["theta"], shards[i]["channel_scales"]), ("e4m3", "group"))
+        rot = (shards[i]["pairs"], shards[i]["theta"], shards[i]["channel_scales"])
+        ref = SimLinear(dequantized(shards[i]), rot, act)
         torch.testing.assert_close(y[:, lo:hi], ref(x), rtol=0, atol=0)
 
 

@@ -6,7 +6,7 @@
 """
 
 #: The kernel ops this package calls, with the exact versions it was written against.
-REQUIRED_OPS = {"rotate_quant": 1, "w4a8_gemm": 1}
+REQUIRED_OPS = {"rotate_quant": 1, "w4a8_gemm": 1, "mxfp4_gemm": 1}
 
 
 def check_kernels() -> None:

@@ -47,7 +47,7 @@ def check_mxfp4(layer, x, A, AS, y) -> None:
     w = layer.mxfp4
 
     def ref(n0, n1):
-        return kernel_calls.mxfp4_gemm(A, AS, w.slice(n0, n1), _chunk_bounds(layer.rot_bounds_list, n0, n1),
+        return kernel_calls.mxfp4_gemm(A, AS, kernel_calls.mxfp4_slice(w, n0, n1), _chunk_bounds(layer.rot_bounds_list, n0, n1),
                                        "reference")
 
     _check(layer, x, y, ref)

@@ -14,6 +14,8 @@ from radiance_vllm import check_kernels
 check_kernels()
 
 import radiance_kernels.ops  # noqa: E402  (registers torch.ops.radiance.*)
+from radiance_kernels.ops.mxfp4_gemm import MXPrepared  # noqa: E402
+from radiance_kernels.ops.mxfp4_gemm import prepare as _prepare_mxfp4  # noqa: E402
 from radiance_kernels.ops.w4a8_gemm import prepare as _prepare_w4a8  # noqa: E402
 
 
@@ -28,3 +30,16 @@ def rotate_quant(x: torch.Tensor, pairs, theta, scales, elem: str, granularity: 
 
 def w4a8_gemm(A, AS, RS, w, bounds: list[int], zpe: bool, backend: str) -> torch.Tensor:
     return torch.ops.radiance.w4a8_gemm(A, AS, RS, w.wq, w.wh, w.sz, bounds, w.bits, zpe, "auto", backend)
+
+
+def prepare_mxfp4(weight_packed, weight_scale) -> MXPrepared:
+    """``weight_packed [N, K/2]`` + ``weight_scale [N, K/32]`` (uint8) → the MXFP4 kernel's layout."""
+    return _prepare_mxfp4(weight_packed, weight_scale)
+
+
+def mxfp4_slice(w: MXPrepared, n0: int, n1: int) -> MXPrepared:
+    return MXPrepared(w.wp[:, n0:n1], w.ws[:, n0:n1])
+
+
+def mxfp4_gemm(A, AS, w: MXPrepared, bounds: list[int], backend: str) -> torch.Tensor:
+    return torch.ops.radiance.mxfp4_gemm(A, AS, w.wp, w.ws, bounds, "auto", backend)

@@ -53,7 +53,8 @@ class SimLinear(torch.nn.Module):
 
 
 def dequantized_linears(model_dir: Path) -> dict[str, tuple[torch.Tensor, tuple | None]]:
-    """{module: (W [N, K] fp32, (pairs, theta, channel_scales) or None)} for every quantized module."""
+    """{module: (W [N, K] fp32, (pairs, theta, channel_scales) or None)} for every quantized module
+    (ParoQuant int4/int5, MXFP4-PARO, and plain MXFP4 = no rotation)."""
     from radiance_kernels.formats import awq
 
     state = {}
@@ -68,12 +69,13 @@ def dequantized_linears(model_dir: Path) -> dict[str, tuple[torch.Tensor, tuple 
             codes, zeros, scales, _ = awq.from_checkpoint(t)
             w = awq.dequantize(codes, zeros, scales).T.contiguous()
             out[m] = (w, (state[f"{m}.pairs"], state[f"{m}.theta"], state[f"{m}.channel_scales"]))
-        elif key.endswith(".weight_packed") and f"{key.removesuffix('.weight_packed')}.pairs" in state:
+        elif key.endswith(".weight_packed"):
             from radiance_kernels.formats.mx import dequantize_mxfp4
 
             m = key.removesuffix(".weight_packed")
             w = dequantize_mxfp4(state[key], state[f"{m}.weight_scale"])
-            out[m] = (w, (state[f"{m}.pairs"], state[f"{m}.theta"], state[f"{m}.channel_scales"]))
+            rot = (state[f"{m}.pairs"], state[f"{m}.theta"], state[f"{m}.channel_scales"]) if f"{m}.pairs" in state else None
+            out[m] = (w, rot)
     return out
 
 
