@@ -1,8 +1,9 @@
 """Each Radiance format served by a real vLLM server on 127.0.0.1 (one server alive at a time: the
 module-scoped ``server`` fixture is parametrized, so pytest finishes one format before starting the next).
 
-Per format: greedy completions equal the simulated reference token for token, and the prompt KL
-against it is under :data:`KL_BAR`. On int4 also: CHECKALL log lines, 16 concurrent streaming clients.
+Per format (:mod:`radiance_vllm.served_formats`): greedy completions equal the simulated reference token
+for token, and the prompt KL against it is under :data:`KL_BAR`. On int4 also: CHECKALL log lines and
+16 concurrent streaming clients.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from radiance_vllm.served_checks import PROMPTS, format_report, sequential_texts, stream_concurrently
+from radiance_vllm.served_formats import FORMATS
 
 from conftest import served
 
@@ -21,13 +23,6 @@ from conftest import served
 #: quantization fails. Measured served KL: ~1e-8.
 KL_BAR = 1e-4
 
-FORMATS = {
-    "int4": ("int4", {"RADIANCE_CHECKALL": "1"}, ("e4m3", "group")),
-    "int5-i8-ptok-zpe": ("int5", {"RADIANCE_PQ_ACT": "int8", "RADIANCE_PQ_SCALES": "token", "RADIANCE_PQ_ZPE": "1"},
-                         ("int8", "token")),
-    "mxfp4": ("mxfp4", {}, ("e4m3", "token")),
-}
-
 
 @pytest.fixture(scope="module", params=list(FORMATS))
 def fmt(request):
@@ -35,23 +30,19 @@ def fmt(request):
 
 
 @pytest.fixture(scope="module")
-def ckpt(fmt, tiny_float, tmp_path_factory):
-    from radiance_quant.build import build
-
-    out = tmp_path_factory.mktemp(fmt) / fmt
-    build(tiny_float, out, FORMATS[fmt][0], seed=0)
-    return out
+def ckpts(fmt, tiny_float, tmp_path_factory):
+    return FORMATS[fmt].build(tiny_float, tmp_path_factory.mktemp(fmt) / fmt)
 
 
 @pytest.fixture(scope="module")
-def server(fmt, ckpt, tmp_path_factory):
-    s = served(ckpt, tmp_path_factory.mktemp(f"srv-{fmt}"), env=FORMATS[fmt][1])
+def server(fmt, ckpts, tmp_path_factory):
+    s = served(ckpts[0], tmp_path_factory.mktemp(f"srv-{fmt}"), env=FORMATS[fmt].env)
     yield s
     s.stop()
 
 
-def test_greedy_and_kl_match_the_simulated_reference(fmt, server, ckpt):
-    rep = format_report(server, ckpt, FORMATS[fmt][2])
+def test_greedy_and_kl_match_the_simulated_reference(fmt, server, ckpts):
+    rep = format_report(server, ckpts[1], FORMATS[fmt].act)
     print(f"\n{fmt}: start {server.startup_seconds:.0f} s, {rep}")
     assert all(rep["greedy_equal"]), rep
     assert rep["kl_served"] < KL_BAR < rep["kl_act"], rep
@@ -62,7 +53,7 @@ def test_backend_printed_once(server):
 
 
 def test_checkall_logged_real_and_profiling_inputs(fmt, server):
-    if FORMATS[fmt][1].get("RADIANCE_CHECKALL") != "1":
+    if FORMATS[fmt].env.get("RADIANCE_CHECKALL") != "1":
         pytest.skip("CHECKALL runs on the int4 server")
     log = server.log_path.read_text()
     lines = [ln for ln in log.splitlines() if "[radiance.checkall]" in ln]

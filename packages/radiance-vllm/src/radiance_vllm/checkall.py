@@ -3,7 +3,8 @@
 For each new (N, K, M) of a quantized linear the served output is recomputed by the reference backend
 from the same quantized activations, over column chunks of ``RADIANCE_CHECKALL_CHUNK`` (so the full
 dequantized weight is never held), and ``rel = ‖y − ref‖ / ‖ref‖`` is logged. vLLM's profiling pass
-feeds dummy inputs: a log line says whether the inputs were real or all zeros, and a shape first seen
+feeds dummy inputs: a log line says whether the inputs were real or all zeros (all activation scales
+zero), and a shape first seen
 with zero inputs is checked again on its first real input. Above ``RADIANCE_CHECKALL_TOL`` it raises.
 """
 
@@ -38,7 +39,7 @@ def check_w4a8(layer, x, A, AS, RS, y) -> None:
         return kernel_calls.w4a8_gemm(A, AS, RS, sub, _chunk_bounds(layer.rot_bounds_list, n0, n1), False,
                                       "reference")
 
-    _check(layer, x, y, ref)
+    _check(layer, x, AS, y, ref)
 
 
 def check_mxfp4(layer, x, A, AS, y) -> None:
@@ -50,14 +51,14 @@ def check_mxfp4(layer, x, A, AS, y) -> None:
         return kernel_calls.mxfp4_gemm(A, AS, kernel_calls.mxfp4_slice(w, n0, n1), _chunk_bounds(layer.rot_bounds_list, n0, n1),
                                        "reference")
 
-    _check(layer, x, y, ref)
+    _check(layer, x, AS, y, ref)
 
 
-def _check(layer, x, y, ref) -> None:
+def _check(layer, x, AS, y, ref) -> None:
     s = settings()
     M, K = x.shape
     N = y.shape[-1]
-    real = bool(x.abs().amax() > 0) if x.numel() else False
+    real = bool(AS.abs().amax() > 0) if AS.numel() else False
     key = (N, K, M, real)
     if key in _SEEN:
         return
@@ -69,7 +70,7 @@ def _check(layer, x, y, ref) -> None:
         err2 += float(((y[:, n0:n1].to(torch.float64) - r) ** 2).sum())
         ref2 += float((r**2).sum())
     rel = (err2 / ref2) ** 0.5 if ref2 > 0 else (0.0 if err2 == 0 else float("inf"))
-    inputs = f"real inputs (amax {float(x.abs().amax()):.3g})" if real else "zero inputs (profiling pass)"
+    inputs = f"real inputs (max scale {float(AS.abs().amax()):.3g})" if real else "zero inputs (profiling pass)"
     ok = rel <= s.checkall_tol
     print(f"[radiance.checkall] {layer.prefix} N={N} K={K} M={M} rel={rel:.3e} {inputs} "
           f"{'ok' if ok else 'FAIL'} (bar {s.checkall_tol:g})", file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.layers.linear import LinearMethodBase
 
-from radiance_vllm import checkall
+from radiance_vllm import checkall, stream
 from radiance_vllm.backend import kernel_backend
 from radiance_vllm.knobs import settings
 from radiance_vllm.param_loading import CheckpointError, add_param, checked, checkpoint_modules, drop_params
@@ -70,8 +70,9 @@ class ParoQuantLinearMethod(LinearMethodBase):
 
         s, backend = settings(), kernel_backend()
         x2 = x.reshape(-1, x.shape[-1])
-        A, AS, RS = kernel_calls.rotate_quant(x2, layer.rot_pairs, layer.rot_theta, layer.rot_scales,
-                                              s.pq_act, s.pq_scales, backend)
+        handed = stream.take(layer, x2) if s.stream else None
+        A, AS, RS = handed or kernel_calls.rotate_quant(x2, layer.rot_pairs, layer.rot_theta, layer.rot_scales,
+                                                        s.pq_act, s.pq_scales, backend)
         y = kernel_calls.w4a8_gemm(A, AS, RS, layer.w4a8, layer.rot_bounds_list, s.pq_zpe, backend)
         if s.checkall:
             checkall.check_w4a8(layer, x2, A, AS, RS, y)

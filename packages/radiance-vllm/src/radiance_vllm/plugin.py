@@ -23,7 +23,10 @@ def register() -> None:
         raise RuntimeError(f"radiance-vllm refuses to register: {exc}") from exc
     from radiance_vllm import backend, knobs, quant_registry
 
-    knobs.settings()
+    if knobs.settings().stream:
+        from radiance_vllm import stream
+
+        stream.patch_loader()
     quant_registry.register_configs()
     knobs.announce(backend.describe())
     _REGISTERED = True

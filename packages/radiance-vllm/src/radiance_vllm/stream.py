@@ -1,0 +1,132 @@
+"""Fused stream producers (``RADIANCE_STREAM=1``): the op that makes a rotated linear's input also
+rotates and quantizes it, so the linear skips its own ``rotate_quant``.
+
+Installed after weight loading on every decoder layer of the dense pattern (``input_layernorm`` →
+``self_attn.qkv_proj``, ``post_attention_layernorm`` → ``mlp.gate_up_proj``, ``mlp.act_fn`` (SiluAndMul)
+→ ``mlp.down_proj``) whose consumers run the paroquant W4A8 method:
+
+- the norms become ``radiance::add_rms_norm_rotate_quant`` (residual add + RMSNorm + rotate + quant);
+- the activation becomes ``radiance::gated_rotate_quant("silu_mul")``.
+
+The producer hands (A, AS, RS) to its consumer together with the tensor it returned; the consumer uses
+them only for that very tensor (the SiluAndMul producer returns an unfilled token of the right shape:
+its only reader is ``down_proj``, which takes the handed activations). :func:`take` is the partition-count guard: the GEMM would read past the
+activation buffer if fed fewer partitions than the layer's rotation runs, so a mismatch raises.
+With the knob on and no layer of the pattern, installing raises rather than serving unfused.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from radiance_vllm.backend import kernel_backend
+from radiance_vllm.knobs import settings
+
+
+class StreamPartitionError(RuntimeError):
+    """A producer's activations do not match the consumer's partitions/shape."""
+
+
+def _hand_over(consumer, hs: torch.Tensor, A, AS, RS) -> None:
+    consumer.stream_input = (hs, A, AS, RS)
+
+
+def take(layer, x: torch.Tensor):
+    """(A, AS, RS) handed over for exactly ``x``, checked against the layer; None when there is none."""
+    handed = getattr(layer, "stream_input", None)
+    if handed is None or handed[0] is not x:
+        return None
+    layer.stream_input = None
+    _, A, AS, RS = handed
+    runs = len(layer.rot_bounds_list) - 1
+    if A.dim() != 3 or A.shape[0] != runs or A.shape[1] != x.shape[0] or A.shape[2] != x.shape[1]:
+        raise StreamPartitionError(f"{layer.prefix}: producer gave activations {tuple(A.shape)} for input "
+                                   f"{tuple(x.shape)}; the layer has {runs} rotation partition(s)")
+    return A, AS, RS
+
+
+def _records(consumer):
+    return consumer.rot_pairs, consumer.rot_theta, consumer.rot_scales
+
+
+class StreamRMSNorm(torch.nn.Module):
+    """vLLM RMSNorm (optionally with the residual add) fused with the consumer's rotate + quant."""
+
+    def __init__(self, norm, consumer):
+        super().__init__()
+        self.norm, self.consumer = norm, consumer
+
+    def forward(self, x, residual=None):
+        s = settings()
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        res = torch.zeros_like(x2) if residual is None else residual.reshape(-1, shape[-1])
+        hs, res, A, AS, RS = torch.ops.radiance.add_rms_norm_rotate_quant(
+            x2, res, self.norm.weight.data, self.norm.variance_epsilon, False, *_records(self.consumer),
+            s.pq_act, s.pq_scales, kernel_backend())
+        _hand_over(self.consumer, hs, A, AS, RS)
+        return hs if residual is None else (hs, res.reshape(shape))
+
+
+class StreamSiluMul(torch.nn.Module):
+    """vLLM SiluAndMul (gate | up halves) fused with the down projection's rotate + quant."""
+
+    def __init__(self, consumer):
+        super().__init__()
+        self.consumer = consumer
+
+    def forward(self, gate_up):
+        s = settings()
+        d = gate_up.shape[-1] // 2
+        g = gate_up.reshape(-1, 2 * d)
+        gate, up = g[:, :d], g[:, d:]
+        A, AS, RS = torch.ops.radiance.gated_rotate_quant("silu_mul", up, gate, None, 0.0, *_records(self.consumer),
+                                                          s.pq_act, s.pq_scales, kernel_backend())
+        token = gate_up.new_empty(g.shape[0], d)  # identity token only: down_proj reads (A, AS, RS)
+        _hand_over(self.consumer, token, A, AS, RS)
+        return token.reshape(*gate_up.shape[:-1], d)
+
+
+def _is_w4a8(linear) -> bool:
+    from radiance_vllm.paroquant_method import ParoQuantLinearMethod
+
+    return isinstance(getattr(linear, "quant_method", None), ParoQuantLinearMethod)
+
+
+def install(model: torch.nn.Module) -> int:
+    """Install the producers on every matching decoder layer; returns the count (raises if none)."""
+    count = 0
+    for module in model.modules():
+        attn, mlp = getattr(module, "self_attn", None), getattr(module, "mlp", None)
+        qkv, gate_up = getattr(attn, "qkv_proj", None), getattr(mlp, "gate_up_proj", None)
+        down = getattr(mlp, "down_proj", None)
+        if not (hasattr(module, "input_layernorm") and hasattr(module, "post_attention_layernorm")
+                and all(_is_w4a8(m) for m in (qkv, gate_up, down))):
+            continue
+        module.input_layernorm = StreamRMSNorm(module.input_layernorm, qkv)
+        module.post_attention_layernorm = StreamRMSNorm(module.post_attention_layernorm, gate_up)
+        mlp.act_fn = StreamSiluMul(down)
+        count += 1
+    if count == 0:
+        raise RuntimeError("RADIANCE_STREAM=1 but no decoder layer has the stream pattern "
+                           "(norm → qkv_proj / gate_up_proj, SiluAndMul → down_proj on paroquant W4A8)")
+    print(f"[radiance.stream] fused producers installed on {count} decoder layers", file=sys.stderr, flush=True)
+    return count
+
+
+def patch_loader() -> None:
+    """Run :func:`install` right after vLLM's post-load weight processing (idempotent)."""
+    from vllm.model_executor.model_loader import base_loader
+
+    original = base_loader.process_weights_after_loading
+    if getattr(original, "radiance_stream", False):
+        return
+
+    def process_then_install(model, model_config, target_device):
+        original(model, model_config, target_device)
+        install(model)
+
+    process_then_install.radiance_stream = True
+    base_loader.process_weights_after_loading = process_then_install
