@@ -26,6 +26,22 @@ def tiny_prompts() -> list[Prompt]:
     return out
 
 
+def pytest_addoption(parser):
+    parser.addoption("--served", action="store_true", help="run the served dflash A/B (two vLLM servers, ~10 min)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "served: starts vLLM servers (opt-in with --served)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--served"):
+        skip = pytest.mark.skip(reason="served A/B starts two vLLM servers; run with --served")
+        for item in items:
+            if "served" in item.keywords:
+                item.add_marker(skip)
+
+
 def round_robin(prompts: list[Prompt]) -> list[Prompt]:
     """Interleave sources: the i-th prompt of every source before any source's (i+1)-th."""
     rank: dict[str, int] = {}

@@ -13,6 +13,10 @@ from __future__ import annotations
 METRICS = {"served": "acc_per_draft", "offline_proxy": "acc_per_block"}
 
 
+def _rel(c: float, b: float) -> float:
+    return (c - b) / b if b else (0.0 if c == b else float("inf") if c > b else float("-inf"))
+
+
 def compare(baseline: dict, candidate: dict, min_tokens: int = 50_000, min_gain: float = 0.02,
             tie: float = 0.005) -> dict:
     kind = baseline.get("kind")
@@ -33,13 +37,13 @@ def compare(baseline: dict, candidate: dict, min_tokens: int = 50_000, min_gain:
         if b is None or c is None:
             refusals.append(f"source {src!r} is missing from one evaluation")
             continue
-        rel = (c - b) / b if b else (0.0 if c == b else float("inf"))
+        rel = _rel(c, b)
         outcome = "win" if rel > tie else "loss" if rel < -tie else "tie"
         wins += outcome == "win"
         losses += outcome == "loss"
         rows.append({"source": src, "baseline": b, "candidate": c, "rel": rel, "outcome": outcome,
                      "tokens": candidate["per_source"][src]["completion_tokens"]})
-    gain = (candidate[metric] - baseline[metric]) / baseline[metric] if baseline[metric] else 0.0
+    gain = _rel(candidate[metric], baseline[metric])
     if refusals:
         verdict = "refused"
     elif gain >= min_gain and wins > losses:

@@ -1,0 +1,92 @@
+"""The gate on the tiny target: capture -> train -> held-out offline proxy above an untrained drafter;
+the checkpoints load in vLLM's own dflash loader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import round_robin
+from safetensors import safe_open
+
+from radiance_drafter.capture import CaptureSet, capture
+from radiance_drafter.config import drafter_config_for_target
+from radiance_drafter.export import export
+from radiance_drafter.model import DFlashDrafter, TargetHeads, load_drafter, save_drafter
+from radiance_drafter.prompts import split_heldout
+from radiance_drafter.proxy import offline_proxy
+from radiance_drafter.target import Sampling
+from radiance_drafter.train import TrainConfig, train
+
+SAMPLING = Sampling(temperature=0.0, max_tokens=64)
+TRAIN = TrainConfig(epochs=10, batch_size=8, blocks_per_seq=32, lr=3e-3, warmup_steps=10, ckpt_every=40)
+
+
+@pytest.fixture(scope="module")
+def loop(tiny_target, prompts, tmp_path_factory):
+    work = tmp_path_factory.mktemp("loop")
+    train_p, held_p = split_heldout(prompts, 24, seed=0)
+    capture(round_robin(train_p)[:96], tiny_target, work / "cap-train", (0, 1), SAMPLING, shard_size=32)
+    capture(held_p, tiny_target, work / "cap-heldout", (0, 1), SAMPLING, shard_size=32)
+    cfg = drafter_config_for_target(tiny_target, num_layers=1, target_layer_ids=(0, 1), block_size=8,
+                                    mask_token_id=0, num_key_value_heads=4)
+    save_drafter(DFlashDrafter(cfg).init_weights(0), work / "init")
+    summary = train(work / "init", work / "cap-train", tiny_target, work / "run", TRAIN)
+    heads = TargetHeads.from_target(tiny_target)
+    held = CaptureSet(work / "cap-heldout")
+    proxies = {name: offline_proxy(load_drafter(d), heads, held, SAMPLING.temperature)
+               for name, d in (("untrained", work / "init"), ("trained", work / "run" / "drafter"))}
+    (work / "gate.json").write_text(json.dumps({"train": summary, "proxy": proxies}, indent=2))
+    return work, summary, proxies
+
+
+def test_trained_drafter_beats_untrained_on_heldout(loop):
+    work, summary, proxies = loop
+    untrained, trained = proxies["untrained"]["acc_per_block"], proxies["trained"]["acc_per_block"]
+    print(f"held-out proxy (expected accepted tokens per 7-token draft): untrained {untrained:.4f}, "
+          f"trained {trained:.4f} over {proxies['trained']['blocks']} blocks; final loss {summary['final_loss']:.3f}")
+    assert summary["finished"]
+    assert set(proxies["trained"]["per_source"]) == {"arithmetic", "code", "prose"}
+    assert trained >= 0.04 and trained >= 10 * max(untrained, 1e-3)
+    loss = json.loads((work / "run" / "loss.json").read_text())["loss"]
+    assert sum(loss[-10:]) / 10 < sum(loss[:10]) / 10 - 1.0
+    assert (work / "run" / "loss.png").exists()
+
+
+def test_checkpoints_load_in_vllms_dflash_loader(loop, monkeypatch):
+    work, _, _ = loop
+    monkeypatch.setenv("VLLM_PLUGINS", "")  # the drafter needs no plugin; keep other packages' out
+    from radiance_drafter.vllm_check import check_vllm_load
+
+    target = json.loads((work / "run" / "settings.json").read_text())["target"]
+    export(work / "run" / "drafter", work / "bf16", "bf16")
+    for d in (work / "run" / "drafter", work / "bf16"):
+        r = check_vllm_load(d, target)
+        assert r["model_class"].endswith("qwen3_dflash.DFlashQwen3ForCausalLM")
+        assert r["vllm_aux_layers"] == [1, 2]  # target_layer_ids (0, 1) -> vLLM taps the outputs of layers 0, 1
+        assert r["checkpoint_tensors"] == 14
+    with safe_open(str(work / "bf16" / "model.safetensors"), framework="pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}  # noqa: SIM118
+
+
+def test_fp8_export(loop, monkeypatch):
+    """FP8 block-128 layout; vLLM's CPU backend refuses block-FP8 linears without AMX (recorded in README)."""
+    work, _, _ = loop
+    monkeypatch.setenv("VLLM_PLUGINS", "")
+    from radiance_drafter.vllm_check import check_vllm_load
+
+    export(work / "run" / "drafter", work / "fp8", "fp8")
+    cfg = json.loads((work / "fp8" / "config.json").read_text())
+    assert cfg["quantization_config"]["weight_block_size"] == [128, 128]
+    with safe_open(str(work / "fp8" / "model.safetensors"), framework="pt") as f:
+        t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    assert t["layers.0.self_attn.q_proj.weight"].dtype == torch.float8_e4m3fn
+    assert t["layers.0.self_attn.q_proj.weight_scale_inv"].shape == (1, 1)
+    assert t["fc.weight_scale_inv"].shape == (1, 2) and t["norm.weight"].dtype == torch.bfloat16
+    try:
+        check_vllm_load(work / "fp8", json.loads((work / "run" / "settings.json").read_text())["target"])
+    except ValueError as exc:
+        if "requires AMX tile support" not in str(exc):
+            raise
+        pytest.xfail(f"vLLM CPU cannot build block-FP8 linears here: {exc}")
