@@ -32,18 +32,19 @@ def checkpoint(ctx, name: str):
     return ctx.cached(f"quant:{name}", lambda: FORMATS[name].build(tiny_model(ctx), ctx.workdir / f"quant-{name}"))
 
 
-def server_for(ctx, model, name: str, env: dict[str, str]) -> VLLMServer:
+def server_for(ctx, model, name: str, env: dict[str, str], launcher: bool = False) -> VLLMServer:
     return VLLMServer(model, ctx.workdir / f"server-quant-{name}", args=SINGLE_PROCESS_ARGS,
-                      env={**SINGLE_PROCESS_ENV, **env})
+                      env={**SINGLE_PROCESS_ENV, **env}, launcher=launcher)
 
 
 def format_rows(ctx, name: str) -> list[Row]:
     spec = FORMATS[name]
     served_dir, ref_dir = checkpoint(ctx, name)
-    with server_for(ctx, served_dir, name, spec.env) as server:
+    with server_for(ctx, served_dir, name, spec.env, spec.launcher) as server:
         rep = format_report(server, ref_dir, spec.act)
         rows = [
-            Row(f"serve_quant {name}: server healthy", f"{server.startup_seconds:.0f} s", "healthy", True),
+            Row(f"serve_quant {name}: server healthy" + (" (radiance serve)" if spec.launcher else ""),
+                f"{server.startup_seconds:.0f} s", "healthy", True),
             Row(f"serve_quant {name}: greedy == simulated reference", f"{sum(rep['greedy_equal'])}/{len(PROMPTS)} prompts",
                 "all, token for token", all(rep["greedy_equal"])),
             Row(f"serve_quant {name}: prompt KL vs reference", f"{fmt(rep['kl_served'])} (act-quant KL {fmt(rep['kl_act'])})",

@@ -21,9 +21,9 @@ def tiny_float(tmp_path_factory) -> Path:
 
 
 def served(model: Path, workdir: Path, env: dict[str, str] | None = None, dtype: str = "float32",
-           args: list[str] | None = None) -> VLLMServer:
+           launcher: bool = False) -> VLLMServer:
     """A started server for ``model`` (full prompt logprobs enabled); the caller stops it."""
-    server = VLLMServer(model=model, workdir=workdir, dtype=dtype,
-                        args=["--max-logprobs", "-1", *SINGLE_PROCESS["args"], *(args or [])],
+    server = VLLMServer(model=model, workdir=workdir, dtype=dtype, launcher=launcher,
+                        args=["--max-logprobs", "-1", *SINGLE_PROCESS["args"]],
                         env={**SINGLE_PROCESS["env"], **(env or {})})
     return server.start(timeout=900)

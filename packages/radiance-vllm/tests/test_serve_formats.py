@@ -36,7 +36,7 @@ def ckpts(fmt, tiny_float, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(fmt, ckpts, tmp_path_factory):
-    s = served(ckpts[0], tmp_path_factory.mktemp(f"srv-{fmt}"), env=FORMATS[fmt].env)
+    s = served(ckpts[0], tmp_path_factory.mktemp(f"srv-{fmt}"), env=FORMATS[fmt].env, launcher=FORMATS[fmt].launcher)
     yield s
     s.stop()
 
@@ -48,8 +48,11 @@ def test_greedy_and_kl_match_the_simulated_reference(fmt, server, ckpts):
     assert rep["kl_served"] < KL_BAR < rep["kl_act"], rep
 
 
-def test_backend_printed_once(server):
-    assert server.log_path.read_text().count("[radiance] kernel backend: reference (vLLM platform cpu)") == 1
+def test_backend_printed_once(fmt, server):
+    log = server.log_path.read_text()
+    assert log.count("[radiance] kernel backend: reference (vLLM platform cpu)") == 1
+    if FORMATS[fmt].launcher:
+        assert "[radiance] compile-cache key" in log and "vllm.entrypoints.openai.api_server" in log
 
 
 def test_checkall_logged_real_and_profiling_inputs(fmt, server):

@@ -66,3 +66,7 @@ def serve(
 def knobs(markdown: Annotated[bool, typer.Option(help="print the README table")] = False) -> None:
     """Print the resolved RADIANCE_* settings (or the knob table)."""
     print(knobs_mod.markdown_table() if markdown else knobs_mod.Settings.from_env().table())
+
+
+if __name__ == "__main__":
+    app()

@@ -3,7 +3,8 @@
 Each :class:`ServedFormat` builds, from the tiny float model, the checkpoint to serve and the checkpoint
 the independent reference reads (the same one, except NVFP4: the reference reads radiance-quant's
 offline NVFP4 → MXFP4 conversion, so the plugin's load-time requant is checked against it), plus the
-knobs it is served with and the activation quantization the reference simulates.
+knobs it is served with, the activation quantization the reference simulates, and whether it is
+started through the ``radiance serve`` launcher.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class ServedFormat:
     build: Callable[[Path, Path], tuple[Path, Path]]
     act: tuple[str, str]
     env: dict[str, str] = field(default_factory=dict)
+    #: started through ``radiance serve`` instead of vLLM's module directly
+    launcher: bool = False
 
 
 FORMATS = {
@@ -47,7 +50,7 @@ FORMATS = {
     "int5-i8-ptok-zpe-stream": ServedFormat(_rotated("int5"), ("int8", "token"),
                                             {"RADIANCE_PQ_ACT": "int8", "RADIANCE_PQ_SCALES": "token",
                                              "RADIANCE_PQ_ZPE": "1", "RADIANCE_STREAM": "1"}),
-    "mxfp4-paro": ServedFormat(_rotated("mxfp4"), ("e4m3", "token")),
+    "mxfp4-paro": ServedFormat(_rotated("mxfp4"), ("e4m3", "token"), launcher=True),
     "nvfp4-to-mxfp4": ServedFormat(_nvfp4, ("e4m3", "token"), {"RADIANCE_NVFP4_MXFP4": "1"}),
 }
 

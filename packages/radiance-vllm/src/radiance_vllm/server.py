@@ -53,6 +53,7 @@ class VLLMServer:
     """A vLLM OpenAI-compatible server for one model; use as a context manager.
 
     ``args`` are extra vLLM CLI arguments; ``env`` extra environment (e.g. ``RADIANCE_*`` knobs).
+    ``launcher=True`` starts it through ``radiance serve`` (which execs the same vLLM server).
     """
 
     model: Path
@@ -65,6 +66,7 @@ class VLLMServer:
     port: int = 0
     proc: subprocess.Popen | None = None
     startup_seconds: float = 0.0
+    launcher: bool = False
 
     @property
     def url(self) -> str:
@@ -79,6 +81,13 @@ class VLLMServer:
         return self.served_name or str(self.model)
 
     def command(self) -> list[str]:
+        if self.launcher:
+            cmd = [sys.executable, "-m", "radiance_vllm.cli", "serve", str(self.model), "--host", "127.0.0.1",
+                   "--port", str(self.port), "--dtype", self.dtype, "--max-model-len", str(self.max_model_len),
+                   "--enforce-eager"]
+            if self.served_name:
+                cmd += ["--served-model-name", self.served_name]
+            return cmd + ["--", "--seed", "0", *self.args]
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
                "--host", "127.0.0.1", "--port", str(self.port), "--dtype", self.dtype,
                "--max-model-len", str(self.max_model_len), "--enforce-eager", "--seed", "0"]
