@@ -8,6 +8,8 @@ import radiance_kernels.ops  # noqa: F401  (registers the ops)
 from radiance_kernels.ops.gdn import naive
 
 F64 = torch.float64
+FP32_REL = 5e-5 if FULL_SHAPES else 1e-5  # fp32 paths: ieee dots on CPU, tf32x3 (~fp32) on the GPU
+BF16_REL = 8e-3  # bf16 outputs: a few bf16 ulps of the largest output
 
 
 def _inputs(B, T, Hk, Hv, Dk, Dv, device, dtype=torch.float32, gate=(0.0, 0.5), seed=0):
@@ -39,8 +41,8 @@ CASES = [  # B, T, Hk, Hv, Dk, Dv, chunk, qk_l2norm, dtype, initial state
     (1, 80, 1, 2, 64, 32, 64, True, torch.bfloat16, True),
 ]
 if FULL_SHAPES:
-    CASES = [(1, 8192, 16, 48, 128, 128, 64, True, torch.bfloat16, True),
-             (2, 1000, 16, 16, 128, 128, 64, True, torch.bfloat16, False)]
+    CASES = [(1, 8192, 16, 48, 128, 128, 64, True, torch.bfloat16, True),  # one kernel variant: fast to compile
+             (2, 1000, 16, 16, 128, 128, 64, True, torch.bfloat16, True)]
 
 
 @pytest.mark.parametrize("B,T,Hk,Hv,Dk,Dv,chunk,l2,dtype,has_s0", CASES)
@@ -53,27 +55,27 @@ def test_chunk_matches_recurrence(B, T, Hk, Hv, Dk, Dv, chunk, l2, dtype, has_s0
     o_ref, s_ref = _exact(q, k, v, g, beta, s0, scale, l2)
     o, s = torch.ops.radiance.gdn_chunk(q, k, v, g, beta, s0, scale, l2, chunk, "triton")
     assert o.dtype == dtype and s.dtype == torch.float32
-    _close(o, o_ref, 1e-5 if dtype == torch.float32 else 8e-3)
-    _close(s, s_ref, 1e-5)
+    _close(o, o_ref, FP32_REL if dtype == torch.float32 else BF16_REL)
+    _close(s, s_ref, FP32_REL)
 
 
 @pytest.mark.parametrize("T", [1, 3])
 def test_recurrent_continues_chunk(T, device):
     """Prefill with gdn_chunk, then decode T tokens with gdn_recurrent == one recurrence over both."""
-    B, P, Hk, Hv, D = (8, 256, 16, 48, 128) if FULL_SHAPES else (2, 40, 1, 2, 32)
+    B, P, Hk, Hv, D, C = (8, 256, 16, 48, 128, 64) if FULL_SHAPES else (2, 40, 1, 2, 32, 16)
     q, k, v, g, beta, s0 = _inputs(B, P + T, Hk, Hv, D, D, device, torch.bfloat16, seed=3)
     scale = D**-0.5
     o_ref, s_ref = _exact(q, k, v, g, beta, s0, scale, True)
     pre = slice(0, P)
     dec = slice(P, P + T)
     _, s_mid = torch.ops.radiance.gdn_chunk(q[:, pre], k[:, pre], v[:, pre], g[:, pre], beta[:, pre], s0,
-                                            scale, True, 16, "triton")
+                                            scale, True, C, "triton")
     s_in = s_mid.clone()
     o, s = torch.ops.radiance.gdn_recurrent(q[:, dec], k[:, dec], v[:, dec], g[:, dec], beta[:, dec], s_mid,
                                             scale, True, "triton")
     assert torch.equal(s_mid, s_in)  # the input state is not modified
-    _close(o, o_ref[:, dec], 8e-3)
-    _close(s, s_ref, 1e-5)
+    _close(o, o_ref[:, dec], BF16_REL)
+    _close(s, s_ref, FP32_REL)
 
 
 def _adversarial_gate(B, T, H, device):
@@ -128,8 +130,8 @@ def test_large_gate_span_stays_finite_and_exact(device):
     scale = D**-0.5
     o_ref, s_ref = _exact(q, k, v, g, beta, s0, scale, True)
     o, s = torch.ops.radiance.gdn_chunk(q, k, v, g, beta, s0, scale, True, C, "triton")
-    _close(o, o_ref, 1e-5)
-    _close(s, s_ref, 1e-5)
+    _close(o, o_ref, FP32_REL)
+    _close(s, s_ref, FP32_REL)
 
 
 def test_split_form_overflows_where_direct_form_does_not():
@@ -178,12 +180,12 @@ class _GatedDeltaMixer(torch.nn.Module):
         return torch.ops.radiance.gdn_chunk(q, k, v, g, beta, None, self.scale, True, 16, self.backend)
 
 
-def test_torch_compile_fullgraph():
+def test_torch_compile_fullgraph(device):
     T, Hk, Hv, D, hidden = 24, 1, 2, 16, 64
-    q, k, v, *_ = _inputs(1, T, Hk, Hv, D, D, "cpu", torch.bfloat16)
-    x = torch.randn(T, hidden).bfloat16()
+    q, k, v, *_ = _inputs(1, T, Hk, Hv, D, D, device, torch.bfloat16)
+    x = torch.randn(T, hidden).bfloat16().to(device)
     for backend in ("reference", "triton"):
-        mixer = _GatedDeltaMixer(hidden, Hk, Hv, D, backend)
+        mixer = _GatedDeltaMixer(hidden, Hk, Hv, D, backend).to(device)
         with torch.no_grad():
             eager = mixer(x, q, k, v)
             compiled = torch.compile(mixer, fullgraph=True, backend="aot_eager")(x, q, k, v)
