@@ -88,7 +88,7 @@ def _chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, T
     for c0 in range(0, T, C):
         t = c0 + rc
         tmask = t < T
-        # [C, C] masks from t, not rc: loop-variant, so they are not hoisted and kept live in registers
+        # [C, C] masks from t, not rc: loop-variant, so recomputed per chunk rather than held in registers
         causal = t[:, None] >= t[None, :]
         strict = t[:, None] > t[None, :]
         qk_off = ((b * T + t) * Hk + hk) * Dk
