@@ -6,11 +6,12 @@ import json
 
 import numpy as np
 import pytest
+from scipy import stats as sps
+
 from radiance_bench import compare, gsm8k, kld, perf, plot, results
 from radiance_bench.client import metric_sum, parse_prometheus
 from radiance_bench.prompts import Filler, mixbench_categories
 from radiance_bench.stats import latency_summary, renormalised_kl, sign_test
-from scipy import stats as sps
 
 
 def test_sign_test_counts_discordant_only():

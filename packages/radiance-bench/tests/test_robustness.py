@@ -10,10 +10,11 @@ import time
 
 import pytest
 from fakeserver import FakeServer
+from typer.testing import CliRunner
+
 from radiance_bench import gsm8k
 from radiance_bench.cli import app
 from radiance_bench.client import Client
-from typer.testing import CliRunner
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,7 +5,9 @@ is Σ(completion tokens − 1) / Σ(decode time) over its prompts (engine-side d
 where the server exports it, else the streamed chunks' span; see `perf`); the combined rate is the
 category-weighted mean Σ_c w_c · rate_c (weights shipped with the prompts, normalised to 1).
 Sweep: at each concurrency c, ``max(requests, 2c)`` requests (prompts cycled) with c in flight;
-aggregate tok/s = completion tokens / wall time, and TTFT, TPOT, ITL p50/p90 as vLLM names them.
+aggregate tok/s = completion tokens / wall time, and TTFT, TPOT, ITL p50/p90 as vLLM names them
+(client side, from the stream), plus the engine-side mean TPOT from /metrics where available (the
+client-side TPOT/ITL are distorted when the API server merges steps into one chunk).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ async def sweep(
     for c in levels:
         n = max(requests, 2 * c)
         batch = [prompts[i % len(prompts)] for i in range(n)]
+        before = await snapshot(client)
         t0 = time.perf_counter()
         outs = await gather_bounded(
             batch,
@@ -93,6 +96,8 @@ async def sweep(
             progress,
         )
         wall = time.perf_counter() - t0
+        engine = engine_delta(before, await snapshot(client))
+        decoded = engine["generation_tokens"] - engine["requests"] if engine else 0
         ok = [o for o in outs if o.ok]
         toks = sum(o.completion_tokens or 0 for o in ok)
         rows.append(
@@ -107,6 +112,7 @@ async def sweep(
                 **latency_summary("ttft", [o.ttft for o in ok], (50, 90)),
                 **latency_summary("tpot", [o.tpot for o in ok], (50, 90)),
                 **latency_summary("itl", [g for o in ok for g in o.itl], (50, 90)),
+                "engine_tpot_ms_mean": 1e3 * engine["decode_s"] / decoded if decoded > 0 else None,
             }
         )
     return rows

@@ -11,17 +11,30 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def _label(res: dict) -> str:
-    c = res["config"]
-    return f"{Path(str(c.get('model'))).name} ({str(c.get('date'))[:16]})"
+def labels(results: list[dict]) -> list[str]:
+    """Legend labels: the model name, plus the configuration that differs between the results, plus
+    the time where that still leaves two alike."""
+    cfgs = [r["config"] for r in results]
+    names = [Path(str(c.get("model"))).name for c in cfgs]
+    if len(set(names)) == len(names):
+        return names
+    keys = sorted(
+        {k for c in cfgs for k, v in c.items() if isinstance(v, str | int | float | type(None))}
+        - {"date", "model", "url"}
+    )
+    differ = [k for k in keys if len({str(c.get(k)) for c in cfgs}) > 1][:3]
+    out = [n + "".join(f" {k}={c.get(k)}" for k in differ) for n, c in zip(names, cfgs, strict=True)]
+    if len(set(out)) < len(out):
+        out = [f"{o} @ {str(c.get('date'))[11:19]}" for o, c in zip(out, cfgs, strict=True)]
+    return out
 
 
 def _bars(ax, groups: list[str], results: list[dict], values: list[list], ylabel: str, title: str) -> None:
     width = 0.8 / len(results)
     x = np.arange(len(groups))
-    for i, (res, vals) in enumerate(zip(results, values, strict=True)):
+    for i, (label, vals) in enumerate(zip(labels(results), values, strict=True)):
         v = [np.nan if y is None else y for y in vals]
-        bars = ax.bar(x + (i - (len(results) - 1) / 2) * width, v, width, label=_label(res))
+        bars = ax.bar(x + (i - (len(results) - 1) / 2) * width, v, width, label=label)
         ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
     ax.set_xticks(x, groups, rotation=20, ha="right")
     ax.set_ylabel(ylabel)
@@ -40,11 +53,15 @@ def _lines(
     title: str,
     logx: bool = False,
 ) -> None:
-    for res in results:
+    xs = set()
+    for res, label in zip(results, labels(results), strict=True):
         rows = [r for r in res.get(block) or [] if r.get(ykey) is not None]
-        ax.plot([r[xkey] for r in rows], [r[ykey] for r in rows], marker="o", label=_label(res))
+        xs |= {r[xkey] for r in rows}
+        ax.plot([r[xkey] for r in rows], [r[ykey] for r in rows], marker="o", label=label)
     if logx:
         ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(xs), [str(x) for x in sorted(xs)])
+    ax.set_ylim(bottom=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -171,10 +188,10 @@ def plot(results: list[dict], out: Path) -> Path:
         _bars(axes[1], ["errored"], results, [[r["summary"]["errored"]] for r in results], "requests", "Errors")
     else:
         raise ValueError(f"no plot for result kind {kind!r}")
-    for ax in axes:
-        ax.legend(fontsize=8)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 3), fontsize=9, frameon=False)
     fig.suptitle(f"radiance-bench {kind}")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.png")

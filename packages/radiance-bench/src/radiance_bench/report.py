@@ -107,6 +107,7 @@ def tables(res: dict) -> list[Table]:
                 "tpot_ms_p90",
                 "itl_ms_p50",
                 "itl_ms_p90",
+                "engine_tpot_ms_mean",
                 "errors",
             ]
             out.append(
@@ -121,6 +122,7 @@ def tables(res: dict) -> list[Table]:
                         "TPOT p90",
                         "ITL p50",
                         "ITL p90",
+                        "TPOT engine",
                         "errors",
                     ],
                     [[r["concurrency"]] + [r[k] for k in keys] for r in res["sweep"]],
