@@ -72,11 +72,22 @@ def _sigmoid(v):
 
 
 @triton.jit
+def _pair_sum(v, BM: tl.constexpr, HALF: tl.constexpr):
+    """[BM, 2·HALF] → [BM, HALF]: v[:, 2i] + v[:, 2i+1]."""
+    a, b = tl.split(tl.reshape(v, (BM, HALF, 2)))
+    return a + b
+
+
+@triton.jit
 def _tree(v, BM: tl.constexpr):
     """[BM, 128] → [BM]: adjacent-pair sums, 7 levels (the reference's ``tree``)."""
-    for lvl in tl.static_range(7):
-        a, b = tl.split(tl.reshape(v, (BM, 64 >> lvl, 2)))
-        v = a + b
+    v = _pair_sum(v, BM, 64)
+    v = _pair_sum(v, BM, 32)
+    v = _pair_sum(v, BM, 16)
+    v = _pair_sum(v, BM, 8)
+    v = _pair_sum(v, BM, 4)
+    v = _pair_sum(v, BM, 2)
+    v = _pair_sum(v, BM, 1)
     return tl.reshape(v, (BM,))
 
 
@@ -148,19 +159,19 @@ def _prologue_kernel(
             ss = ss + _tree(s * s, BM)
         inv = _rms_inv(ss, K.to(tl.float32), eps)
     if TOKEN:
+        # iterations 0..G-1 find the row amax, G..2G-1 encode (one loop body: half the code to compile)
         amax = tl.zeros((BM,), tl.float32)
-        for g in range(0, G):
-            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
-                         rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, False, BM)
+        for it in range(0, 2 * G):
+            g = it % G
+            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
+                         store_mask & (it >= G), rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
             v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
-            amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
-        scale = amax * inv_qmax
-        tl.store(as_ptr + p * M + rows, scale, mask=rmask)
-        for g in range(0, G):
-            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
-                         rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
-            v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
-            quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
+            if it < G:
+                amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
+            else:
+                scale = amax * inv_qmax
+                tl.store(as_ptr + p * M + rows, scale, mask=rmask & (it == G))
+                quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
     else:
         for g in range(g0, g1):
             v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
