@@ -9,7 +9,7 @@ Installed after weight loading on every decoder layer of the dense pattern (``in
 - the activation becomes ``radiance::gated_rotate_quant("silu_mul")``.
 
 The producer hands (A, AS, RS) to its consumer together with the tensor it returned; the consumer uses
-them only for that very tensor (the SiluAndMul producer returns an unfilled token of the right shape:
+them only for that very tensor or a view of it (the SiluAndMul producer returns an unfilled token of the right shape:
 its only reader is ``down_proj``, which takes the handed activations). :func:`take` is the partition-count guard: the GEMM would read past the
 activation buffer if fed fewer partitions than the layer's rotation runs, so a mismatch raises.
 With the knob on and no layer of the pattern, installing raises rather than serving unfused.
@@ -33,10 +33,15 @@ def _hand_over(consumer, hs: torch.Tensor, A, AS, RS) -> None:
     consumer.stream_input = (hs, A, AS, RS)
 
 
+def _same_tensor(handed: torch.Tensor, x: torch.Tensor) -> bool:
+    """x is the handed tensor or a view of it with the same rows (the stash keeps its memory alive)."""
+    return x.data_ptr() == handed.data_ptr() and x.shape[0] == handed.reshape(-1, x.shape[-1]).shape[0]
+
+
 def take(layer, x: torch.Tensor):
     """(A, AS, RS) handed over for exactly ``x``, checked against the layer; None when there is none."""
     handed = getattr(layer, "stream_input", None)
-    if handed is None or handed[0] is not x:
+    if handed is None or not _same_tensor(handed[0], x):
         return None
     layer.stream_input = None
     _, A, AS, RS = handed
