@@ -53,9 +53,24 @@ def test_chunk_matches_recurrence(B, T, Hk, Hv, Dk, Dv, chunk, l2, dtype, has_s0
     s0 = s0 if has_s0 else None
     scale = Dk**-0.5
     o_ref, s_ref = _exact(q, k, v, g, beta, s0, scale, l2)
-    o, s = torch.ops.radiance.gdn_chunk(q, k, v, g, beta, s0, scale, l2, chunk, "triton")
+    o, s = torch.ops.radiance.gdn_chunk(q, k, v, g, beta, s0, scale, l2, chunk, None, "triton")
     assert o.dtype == dtype and s.dtype == torch.float32
     _close(o, o_ref, FP32_REL if dtype == torch.float32 else BF16_REL)
+    _close(s, s_ref, FP32_REL)
+
+
+def test_chunk_packed_sequences(device):
+    """cu_seqlens: each packed sequence runs the recurrence from its own initial state."""
+    Hk, Hv, D, C = (16, 48, 128, 64) if FULL_SHAPES else (1, 2, 32, 16)
+    lengths = [700, 3, 64, 1300] if FULL_SHAPES else [21, 3, 16, 33]
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    q, k, v, g, beta, _ = _inputs(1, sum(lengths), Hk, Hv, D, D, device, torch.bfloat16, seed=4)
+    s0 = _inputs(len(lengths), 1, Hk, Hv, D, D, device, seed=9)[5]
+    scale = D**-0.5
+    o_ref, s_ref = naive.recurrent(q, k, v, g, beta, s0.to(F64), scale, True, F64, cu_seqlens=cu)
+    o, s = torch.ops.radiance.gdn_chunk(q, k, v, g, beta, s0, scale, True, C, cu, "triton")
+    assert s.shape == (len(lengths), Hv, D, D)
+    _close(o, o_ref, BF16_REL)
     _close(s, s_ref, FP32_REL)
 
 
@@ -69,7 +84,7 @@ def test_recurrent_continues_chunk(T, device):
     pre = slice(0, P)
     dec = slice(P, P + T)
     _, s_mid = torch.ops.radiance.gdn_chunk(q[:, pre], k[:, pre], v[:, pre], g[:, pre], beta[:, pre], s0,
-                                            scale, True, C, "triton")
+                                            scale, True, C, None, "triton")
     s_in = s_mid.clone()
     o, s = torch.ops.radiance.gdn_recurrent(q[:, dec], k[:, dec], v[:, dec], g[:, dec], beta[:, dec], s_mid,
                                             scale, True, "triton")
@@ -129,7 +144,7 @@ def test_large_gate_span_stays_finite_and_exact(device):
     g = _adversarial_gate(B, T, Hv, device)
     scale = D**-0.5
     o_ref, s_ref = _exact(q, k, v, g, beta, s0, scale, True)
-    o, s = torch.ops.radiance.gdn_chunk(q, k, v, g, beta, s0, scale, True, C, "triton")
+    o, s = torch.ops.radiance.gdn_chunk(q, k, v, g, beta, s0, scale, True, C, None, "triton")
     _close(o, o_ref, FP32_REL)
     _close(s, s_ref, FP32_REL)
 
@@ -151,15 +166,19 @@ def test_split_form_overflows_where_direct_form_does_not():
 def test_bad_inputs():
     q, k, v, g, beta, s0 = _inputs(1, 8, 1, 2, 16, 16, "cpu")
     with pytest.raises(ValueError, match=r"beta must be \[B, T, Hv\]"):
-        torch.ops.radiance.gdn_chunk(q, k, v, g, beta[:, :4], s0, 1.0, True, 16, "reference")
+        torch.ops.radiance.gdn_chunk(q, k, v, g, beta[:, :4], s0, 1.0, True, 16, None, "reference")
     with pytest.raises(ValueError, match="state must be float32"):
         torch.ops.radiance.gdn_recurrent(q, k, v, g, beta, s0.double(), 1.0, True, "reference")
     with pytest.raises(ValueError, match="Hv a multiple of Hk"):
         v3, g3, b3 = v[:, :, [0, 0, 0]], g[..., [0, 0, 0]], beta[..., [0, 0, 0]]
         q2, k2 = q[:, :, [0, 0]], k[:, :, [0, 0]]
-        torch.ops.radiance.gdn_chunk(q2, k2, v3, g3, b3, None, 1.0, True, 16, "reference")
+        torch.ops.radiance.gdn_chunk(q2, k2, v3, g3, b3, None, 1.0, True, 16, None, "reference")
+    with pytest.raises(ValueError, match="cu_seqlens must be int32/int64"):
+        torch.ops.radiance.gdn_chunk(q, k, v, g, beta, None, 1.0, True, 16, torch.tensor([0, 8.0]), "reference")
+    with pytest.raises(ValueError, match=r"state must be float32 \[N, Hv, Dk, Dv\] = \(2,"):
+        torch.ops.radiance.gdn_chunk(q, k, v, g, beta, s0, 1.0, True, 16, torch.tensor([0, 3, 8]), "reference")
     with pytest.raises(ValueError, match="chunk must be one of"):
-        torch.ops.radiance.gdn_chunk(q, k, v, g, beta, s0, 1.0, True, 48, "reference")
+        torch.ops.radiance.gdn_chunk(q, k, v, g, beta, s0, 1.0, True, 48, None, "reference")
 
 
 class _GatedDeltaMixer(torch.nn.Module):
@@ -177,7 +196,7 @@ class _GatedDeltaMixer(torch.nn.Module):
         b, a = torch.ops.radiance.skinny_gemm(x, self.w_ba, self.backend).float().chunk(2, dim=-1)
         beta = b.sigmoid()[None]
         g = (-self.A_log.exp() * torch.nn.functional.softplus(a + self.dt_bias))[None]
-        return torch.ops.radiance.gdn_chunk(q, k, v, g, beta, None, self.scale, True, 16, self.backend)
+        return torch.ops.radiance.gdn_chunk(q, k, v, g, beta, None, self.scale, True, 16, None, self.backend)
 
 
 def test_torch_compile_fullgraph(device):

@@ -1,6 +1,7 @@
 """Chunked gated delta rule (prefill) in Triton, in the overflow-safe form.
 
-Layouts as in :mod:`.naive`. One program per (batch·value head, Dv block of BV columns) walks the
+Layouts as in :mod:`.naive`; a batch of B equal-length sequences runs as packed sequences with
+cu_seqlens = [0, T, 2T, …]. One program per (sequence·value head, Dv block of BV columns) walks its
 sequence in chunks of C tokens, carrying its [Dk, BV] slice of the state in fp32 registers (the Dv
 columns of the recurrence are independent). Within a chunk, with G = cumsum(g) (inclusive, from the
 chunk start), S the state entering the chunk and M_ij = exp(G_i − G_j) for j ≤ i, else 0:
@@ -67,13 +68,15 @@ def _unit_lower_inverse(A, t, C: tl.constexpr, DOT: tl.constexpr):
 
 
 @triton.jit
-def _chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, T, Hk, Hv, Dk, Dv, scale, eps,
+def _chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, cu_ptr, Hk, Hv, Dk, Dv, scale, eps,
                   C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, HAS_S0: tl.constexpr,
                   L2NORM: tl.constexpr, OUT_BF16: tl.constexpr, INTERP: tl.constexpr, DOT: tl.constexpr):
     bh = tl.program_id(0)
-    b = bh // Hv
+    n = bh // Hv
     h = bh % Hv
     hk = h // (Hv // Hk)
+    bos = tl.load(cu_ptr + n).to(tl.int32)
+    T = tl.load(cu_ptr + n + 1).to(tl.int32) - bos
     rc = tl.arange(0, C)
     rk = tl.arange(0, BK)
     rv = tl.program_id(1) * BV + tl.arange(0, BV)
@@ -91,9 +94,9 @@ def _chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, T
         # [C, C] masks from t, not rc: loop-variant, so recomputed per chunk rather than held in registers
         causal = t[:, None] >= t[None, :]
         strict = t[:, None] > t[None, :]
-        qk_off = ((b * T + t) * Hk + hk) * Dk
+        qk_off = ((bos + t) * Hk + hk) * Dk
         qkmask = tmask[:, None] & kmask[None, :]
-        tv = (b * T + t) * Hv + h
+        tv = (bos + t) * Hv + h
         vo_off = tv[:, None] * Dv + rv[None, :]
         vomask = tmask[:, None] & vmask[None, :]
         g = tl.load(g_ptr + tv, mask=tmask, other=0.0).to(tl.float32)
@@ -126,17 +129,20 @@ def _chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, T
     tl.store(st_ptr + s_off, S, mask=smask)
 
 
-def chunk(q, k, v, g, beta, initial_state, scale: float, qk_l2norm: bool, chunk_size: int):
+def chunk(q, k, v, g, beta, initial_state, scale: float, qk_l2norm: bool, chunk_size: int, cu_seqlens):
     """Triton chunked prefill; inputs validated by the op. Returns (o in v's dtype, state fp32)."""
     B, T, Hk, Dk = q.shape
     Hv, Dv = v.shape[2], v.shape[3]
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+    if cu_seqlens is None:
+        cu_seqlens = torch.arange(B + 1, dtype=torch.int32, device=v.device) * T
+    N = cu_seqlens.shape[0] - 1
     o = torch.empty_like(v)
-    state = torch.empty((B, Hv, Dk, Dv), dtype=torch.float32, device=v.device)
+    state = torch.empty((N, Hv, Dk, Dv), dtype=torch.float32, device=v.device)
     s0 = state if initial_state is None else initial_state.contiguous()
     bv = min(BV, triton.next_power_of_2(Dv))
-    _chunk_kernel[(B * Hv, triton.cdiv(Dv, bv))](
-        q, k, v, g, beta, s0, o, state, T, Hk, Hv, Dk, Dv, scale, L2_EPS,
+    _chunk_kernel[(N * Hv, triton.cdiv(Dv, bv))](
+        q, k, v, g, beta, s0, o, state, cu_seqlens, Hk, Hv, Dk, Dv, scale, L2_EPS,
         C=chunk_size, BK=triton.next_power_of_2(Dk), BV=bv, HAS_S0=initial_state is not None,
         L2NORM=qk_l2norm, OUT_BF16=v.dtype == torch.bfloat16, INTERP=triton_interpreted(),
         DOT=dot_precision())

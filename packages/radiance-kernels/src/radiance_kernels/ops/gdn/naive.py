@@ -11,6 +11,8 @@ Per head and token t, with q_t, k_t optionally l2-normalised (``x / sqrt(Σx² +
     S ← S + k_t (beta_t · (v_t − Sᵀ k_t))ᵀ
     o_t = scale · Sᵀ q_t
 
+Packed variable-length input: B = 1 and ``cu_seqlens`` [N + 1] (0 = cu[0] ≤ … ≤ cu[N] = T) marks N
+sequences ``[cu[n], cu[n+1])``, each starting from its own state (``initial_state`` / result [N, Hv, Dk, Dv]).
 The ops return o [B, T, Hv, Dv] in v's dtype and the final state in float32.
 """
 
@@ -25,8 +27,18 @@ def l2norm(x: torch.Tensor) -> torch.Tensor:
 
 
 def recurrent(q, k, v, g, beta, initial_state, scale: float, qk_l2norm: bool,
-              acc_dtype: torch.dtype = torch.float32):
+              acc_dtype: torch.dtype = torch.float32, cu_seqlens: torch.Tensor | None = None):
     """The recurrence above, computed in ``acc_dtype``; returns (o in v's dtype, state in ``acc_dtype``)."""
+    if cu_seqlens is not None:
+        bounds = cu_seqlens.tolist()
+        outs, states = [], []
+        for n, (s, e) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            s0 = None if initial_state is None else initial_state[n:n + 1]
+            o, st = recurrent(q[:, s:e], k[:, s:e], v[:, s:e], g[:, s:e], beta[:, s:e], s0, scale, qk_l2norm,
+                              acc_dtype)
+            outs.append(o)
+            states.append(st)
+        return torch.cat(outs, 1), torch.cat(states, 0)
     B, T, Hk, Dk = q.shape
     Hv, Dv = v.shape[2], v.shape[3]
     out_dtype = v.dtype
