@@ -160,6 +160,40 @@ def test_bad_arguments():
         torch.ops.radiance.rotate_quant(x, pairs, theta, cs, "e4m3", "group", "cuda")
 
 
+_CODEGEN = """
+import re, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from radiance_kernels.ops.stream import triton as st
+consts = dict(PRODUCER=5, GEMMA=False, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=False, NL=8, HW=True,
+              BM=st.BM)
+ptrs = dict(mate_ptr="*i32", cos_ptr="*fp32", sin_ptr="*fp32", cs_ptr="*fp16", q_ptr="*u8", as_ptr="*fp32",
+            rs_ptr="*fp32")
+sig = {n: "constexpr" if n in consts else ptrs.get(n, "*i16" if n.endswith("_ptr") else
+                                                  "fp32" if n in ("eps", "inv_qmax") else "i32")
+       for n in st._prologue_kernel.arg_names}
+ptx = triton.compile(ASTSource(fn=st._prologue_kernel, signature=sig, constexprs=consts),
+                     target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "enable_fp_fusion": False}).asm["ptx"]
+assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx, "expected IEEE div/sqrt"
+print(sorted(set(re.findall(r"\\bfma\\.\\w+|\\.ftz\\b|div\\.(?:full|approx)|sqrt\\.approx|ex2\\.|rsqrt", ptx))))
+"""
+
+
+def test_sm90_codegen_is_exact_ieee():
+    """Compile the prologue kernel for an H100/H200 target (no GPU needed; a subprocess, since this one
+    interprets Triton): the PTX must hold no fused multiply-add, no flush-to-zero and no approximate
+    div/sqrt/exp — the bit-exactness premises. The variant (gated RMSNorm producer, e4m3 group quant,
+    hardware convert) uses every such operation."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", _CODEGEN], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]", run.stdout
+
+
 FULL_M = (1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192)
 
 
