@@ -15,7 +15,9 @@ Producers (x, residual, gate [M, K]; weights 1-D in the activation dtype):
 - ``add_rms_norm``: residual' = round(x + residual); ss = Σ_g tree(residual'²) summed over groups in
   order; inv = 1 / sqrt(ss / K + eps); hs = round(round(residual'·inv)·w) (vLLM RMSNorm) or
   round((residual'·inv)·(1 + w)) (``gemma=True``, vLLM GemmaRMSNorm). Returns (hs, residual'). The
-  norm reads the dtype-rounded sum, as vLLM's fused_add_rms_norm kernels do.
+  norm reads the dtype-rounded sum residual', as vLLM's CUDA fused_add_rms_norm kernel does; vLLM
+  0.32's torch-native op normalizes the unrounded fp32 sum instead (~20% of bf16 outputs then differ
+  by 1–2 ulp).
 - ``silu_mul`` (x = up half, gate = gate half): round(round(silu(gate))·x) (vLLM SiluAndMul: silu
   rounded to the dtype, then the dtype product).
 - ``sigmoid_gate``: round(x·round(sigmoid(gate))) (eager ``x * torch.sigmoid(gate)``).
