@@ -151,7 +151,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="theta must be float16"):
         torch.ops.radiance.rotate_quant(x, pairs, theta.float(), cs, "e4m3", "group", "reference")
     with pytest.raises(ValueError, match="x must be"):
-        torch.ops.radiance.rotate_quant(x[:, :200], pairs, theta, cs, "e4m3", "group", "triton")
+        torch.ops.radiance.rotate_quant(x[:, :200], pairs, theta, cs, "e4m3", "group", "reference")
     with pytest.raises(ValueError, match="elem must be"):
         torch.ops.radiance.rotate_quant(x, pairs, theta, cs, "fp8", "group", "reference")
     with pytest.raises(ValueError, match="P<=3"):

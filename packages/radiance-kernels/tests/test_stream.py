@@ -119,10 +119,10 @@ def test_producers_follow_vllm_semantics():
 
 
 class _Block(torch.nn.Module):
-    def __init__(self, K, backend):
+    def __init__(self, K, backend, device):
         super().__init__()
-        self.recs = random_rotations(2, K, seed=1)
-        self.w = (torch.ones(K) * 0.1).to(torch.bfloat16)
+        self.recs = random_rotations(2, K, seed=1, device=device)
+        self.w = (torch.ones(K, device=device) * 0.1).to(torch.bfloat16)
         self.backend = backend
 
     def forward(self, x, residual):
@@ -136,11 +136,11 @@ class _Block(torch.nn.Module):
 
 
 @pytest.mark.parametrize("backend", ("reference", "triton"))
-def test_torch_compile_fullgraph(backend):
+def test_torch_compile_fullgraph(backend, device):
     torch._dynamo.reset()
     K = 256
-    x, r = torch.randn(3, K).to(torch.bfloat16), torch.randn(3, K).to(torch.bfloat16)
-    m = _Block(K, backend)
+    x, r = (torch.randn(3, K, device=device).to(torch.bfloat16) for _ in range(2))
+    m = _Block(K, backend, device)
     eager = m(x, r)
     compiled = torch.compile(m, fullgraph=True, backend="aot_eager")(x, r)
     for u, v in zip(eager, compiled, strict=True):
