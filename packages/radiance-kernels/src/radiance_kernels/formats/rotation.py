@@ -131,7 +131,7 @@ def rotate(
 
 
 def dense_matrix(pairs: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-    """fp64 [K, K] block-diagonal R = L_{krot-1} ⋯ L_0, built from explicit 2×2 Givens blocks, with
+    """fp64 [K, K] (CPU) block-diagonal R = L_{krot-1} ⋯ L_0, built from explicit 2×2 Givens blocks, with
     ``rotate(x, ..., dtype=float64) == (x * channel_scales) @ R.T``."""
     krot, K = pairs.shape
     idx = pairs.to(torch.int64).reshape(krot, K // GROUP, GROUP // 2, 2)
