@@ -15,7 +15,7 @@ import torch
 from radiance_kernels.ops.gdn import naive
 from radiance_kernels.ops.registry import implementation, register_op
 
-FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+FLOATS = (torch.float32, torch.bfloat16)
 CHUNKS = (16, 32, 64, 128)
 
 
