@@ -45,9 +45,11 @@ def format_rows(ctx, name: str) -> list[Row]:
         rows = [
             Row(f"serve_quant {name}: server healthy" + (" (radiance serve)" if spec.launcher else ""),
                 f"{server.startup_seconds:.0f} s", "healthy", True),
-            Row(f"serve_quant {name}: greedy == simulated reference", f"{sum(rep['greedy_equal'])}/{len(PROMPTS)} prompts",
+            Row(f"serve_quant {name}: greedy == simulated reference",
+                f"{sum(rep['greedy_equal'])}/{len(PROMPTS)} prompts",
                 "all, token for token", all(rep["greedy_equal"])),
-            Row(f"serve_quant {name}: prompt KL vs reference", f"{fmt(rep['kl_served'])} (act-quant KL {fmt(rep['kl_act'])})",
+            Row(f"serve_quant {name}: prompt KL vs reference",
+                f"{fmt(rep['kl_served'])} (act-quant KL {fmt(rep['kl_act'])})",
                 f"< {KL_BAR:g} < act-quant KL", rep["kl_served"] < KL_BAR < rep["kl_act"]),
         ]
         log = server.log_path.read_text()
@@ -60,7 +62,7 @@ def format_rows(ctx, name: str) -> list[Row]:
             prompts = [f"{PROMPTS[i % len(PROMPTS)]} {i}" for i in range(16)]
             sequential = sequential_texts(server, prompts, 16)
             texts, errors = stream_concurrently(server, prompts, 16)
-            same = sum(a == b for a, b in zip(texts, sequential))
+            same = sum(a == b for a, b in zip(texts, sequential, strict=True))
             rows.append(Row(f"serve_quant {name}: 16 concurrent streams", f"{errors} errors, {same}/16 == sequential",
                             "0 errors, 16/16", errors == 0 and same == 16))
     return rows

@@ -11,7 +11,7 @@ def test_named_options_map_to_vllm_arguments():
     cmd = vllm_command(ServeOptions(model="m", tensor_parallel_size=2, speculative_method="dflash",
                                     speculative_depth=7, drafter="/d", gpu_memory_utilization=0.9,
                                     kv_cache_dtype="fp8", max_model_len=4096, chunk_size=512))
-    arg = dict(zip(cmd, cmd[1:]))
+    arg = dict(zip(cmd, cmd[1:], strict=False))
     assert arg["--tensor-parallel-size"] == "2" and arg["--gpu-memory-utilization"] == "0.9"
     assert arg["--kv-cache-dtype"] == "fp8" and arg["--max-model-len"] == "4096"
     assert arg["--max-num-batched-tokens"] == "512"

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from radiance_kernels.formats import awq, mx
-from radiance_kernels.formats.rotation import dense_matrix, random_rotation
 from vllm.model_executor.layers.linear import MergedColumnParallelLinear
 
+from radiance_kernels.formats import awq, mx
+from radiance_kernels.formats.rotation import dense_matrix, random_rotation
 from radiance_vllm.mxfp4_config import ParoQuantMXFP4Config
 from radiance_vllm.mxfp4_method import ParoMXFP4LinearMethod
 from radiance_vllm.param_loading import CheckpointError

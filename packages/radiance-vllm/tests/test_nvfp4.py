@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from radiance_kernels.formats import mx
-from radiance_quant.nvfp4 import ct_config, nvfp4_dequantize, nvfp4_quantize
 from vllm.model_executor.layers.linear import MergedColumnParallelLinear
 
+from radiance_kernels.formats import mx
+from radiance_quant.nvfp4 import ct_config, nvfp4_dequantize, nvfp4_quantize
 from radiance_vllm import knobs
 from radiance_vllm.nvfp4_config import NVFP4ToMXFP4Config
 from radiance_vllm.requant_method import RequantLinearMethod
@@ -37,7 +37,8 @@ def test_merged_nvfp4_linear_serves_its_mxfp4_requant(knob_on):
     layer.params_dtype = torch.float32
     method = RequantLinearMethod(cfg, "nvfp4", "mxfp4")
     method.create_weights(layer, K, SIZES, K, sum(SIZES), torch.float32, weight_loader=layer.weight_loader)
-    shards = [nvfp4_quantize(torch.randn(n, K, generator=torch.Generator().manual_seed(i))) for i, n in enumerate(SIZES)]
+    gen = torch.Generator().manual_seed(0)
+    shards = [nvfp4_quantize(torch.randn(n, K, generator=gen)) for n in SIZES]
     for i, t in enumerate(shards):
         for name, v in t.items():
             getattr(layer, name).weight_loader(getattr(layer, name), v, i)

@@ -2,11 +2,10 @@
 
 import httpx
 import pytest
+from conftest import SINGLE_PROCESS
 
 from radiance_vllm.served_formats import BAD_PAIRS_MESSAGE, FORMATS, corrupt_pairs
 from radiance_vllm.server import VLLMServer
-
-from conftest import SINGLE_PROCESS
 
 
 def test_pairs_not_a_permutation_fails_at_load_naming_the_tensor(tiny_float, tmp_path):

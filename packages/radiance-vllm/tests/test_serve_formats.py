@@ -9,11 +9,10 @@ for token, and the prompt KL against it is under :data:`KL_BAR`. On int4 also: C
 from __future__ import annotations
 
 import pytest
+from conftest import served
 
 from radiance_vllm.served_checks import PROMPTS, format_report, sequential_texts, stream_concurrently
 from radiance_vllm.served_formats import FORMATS
-
-from conftest import served
 
 #: KL(simulated reference ‖ served) bar. The reference simulates the same weights, rotation,
 #: activation quantization and bf16 GEMM output, so what is left is vLLM's fp32 attention / RMSNorm

@@ -29,7 +29,6 @@ def _chunk_bounds(bounds: list[int], n0: int, n1: int) -> list[int]:
 
 def check_w4a8(layer, x, A, AS, RS, y) -> None:
     from radiance_kernels.ops.w4a8_gemm import W4Prepared
-
     from radiance_vllm import kernel_calls
 
     w = layer.w4a8
@@ -48,8 +47,8 @@ def check_mxfp4(layer, x, A, AS, y) -> None:
     w = layer.mxfp4
 
     def ref(n0, n1):
-        return kernel_calls.mxfp4_gemm(A, AS, kernel_calls.mxfp4_slice(w, n0, n1), _chunk_bounds(layer.rot_bounds_list, n0, n1),
-                                       "reference")
+        sub = kernel_calls.mxfp4_slice(w, n0, n1)
+        return kernel_calls.mxfp4_gemm(A, AS, sub, _chunk_bounds(layer.rot_bounds_list, n0, n1), "reference")
 
     _check(layer, x, AS, y, ref)
 

@@ -21,7 +21,7 @@ def serve(
     port: int = 8000,
     served_model_name: Annotated[str | None, typer.Option(help="name clients use in requests")] = None,
     tensor_parallel_size: Annotated[int, typer.Option("--tensor-parallel-size", "-tp")] = 1,
-    speculative_method: Annotated[str, typer.Option(help="none / ngram / draft_model / dflash / eagle3 / mtp")] = "none",
+    speculative_method: Annotated[str, typer.Option(help="none/ngram/draft_model/dflash/eagle3/mtp")] = "none",
     speculative_depth: Annotated[int, typer.Option(help="draft tokens per step")] = 0,
     drafter: Annotated[str | None, typer.Option(help="drafter checkpoint path")] = None,
     gpu_memory_utilization: Annotated[float | None, typer.Option(help="fraction of GPU memory vLLM may use")] = None,
@@ -55,7 +55,8 @@ def serve(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     forwarded = settings.as_env()
-    print(f"[radiance] compile-cache key {settings.compile_cache_key()}; command:\n" + render(cmd, forwarded), flush=True)
+    print(f"[radiance] compile-cache key {settings.compile_cache_key()}; command:", flush=True)
+    print(render(cmd, forwarded), flush=True)
     if dry_run:
         return
     env.update(forwarded)

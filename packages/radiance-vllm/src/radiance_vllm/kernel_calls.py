@@ -13,7 +13,6 @@ from radiance_vllm import check_kernels
 
 check_kernels()
 
-import radiance_kernels.ops  # noqa: E402  (registers torch.ops.radiance.*)
 from radiance_kernels.ops.mxfp4_gemm import MXPrepared  # noqa: E402
 from radiance_kernels.ops.mxfp4_gemm import prepare as _prepare_mxfp4  # noqa: E402
 from radiance_kernels.ops.w4a8_gemm import prepare as _prepare_w4a8  # noqa: E402

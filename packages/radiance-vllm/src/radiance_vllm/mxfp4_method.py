@@ -15,15 +15,10 @@ from vllm.model_executor.layers.linear import LinearMethodBase
 from radiance_vllm import checkall
 from radiance_vllm.backend import kernel_backend
 from radiance_vllm.knobs import settings
-from radiance_vllm.param_loading import CheckpointError, add_param, checked, checkpoint_modules, drop_params
+from radiance_vllm.param_loading import CheckpointError, add_param, checked, drop_params, init_layer
 from radiance_vllm.rotation_params import create_rotation_params, finish_rotation
 
 U8 = (torch.uint8,)
-
-
-def init_layer(layer, output_partition_sizes, packed_modules_mapping) -> None:
-    layer.radiance_sizes = list(output_partition_sizes)
-    layer.radiance_modules = checkpoint_modules(layer.prefix, len(output_partition_sizes), packed_modules_mapping)
 
 
 def set_identity_rotation(layer, k: int) -> None:
@@ -72,7 +67,6 @@ class ParoMXFP4LinearMethod(LinearMethodBase):
         from radiance_vllm import kernel_calls
 
         finish_rotation(layer)
-        layer.rot_bounds_list = layer.rot_bounds.tolist()
         layer.mxfp4 = kernel_calls.prepare_mxfp4(layer.weight_packed.data, layer.weight_scale.data)
         drop_params(layer, "weight_packed", "weight_scale")
 

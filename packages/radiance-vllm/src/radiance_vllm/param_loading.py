@@ -30,6 +30,12 @@ def checkpoint_modules(prefix: str, n_partitions: int, packed: dict[str, list[st
     return [prefix] * n_partitions
 
 
+def init_layer(layer: torch.nn.Module, output_partition_sizes: list[int], packed: dict[str, list[str]]) -> None:
+    """Record the partition widths and checkpoint module names the loaders and messages use."""
+    layer.radiance_sizes = list(output_partition_sizes)
+    layer.radiance_modules = checkpoint_modules(layer.prefix, len(output_partition_sizes), packed)
+
+
 def shard_indices(shard_id, n_partitions: int) -> list[int]:
     if shard_id is None:
         return list(range(n_partitions))
@@ -85,8 +91,8 @@ def partition_loader(layer: torch.nn.Module, name: str, dtypes: tuple[torch.dtyp
         if getattr(layer, "input_is_parallel", False) and layer.tp_size > 1 and w.shape[-1] == k * layer.tp_size:
             w = w.narrow(-1, layer.tp_rank * k, k)
         if tuple(w.shape) != tuple(param.shape[1:]):
-            raise CheckpointError(f"{tensor_name(layer, name, shard_id)}: checkpoint shape {tuple(loaded_weight.shape)}, "
-                                  f"expected {tuple(param.shape[1:])}")
+            raise CheckpointError(f"{tensor_name(layer, name, shard_id)}: checkpoint shape "
+                                  f"{tuple(loaded_weight.shape)}, expected {tuple(param.shape[1:])}")
         for i in shard_indices(shard_id, param.shape[0]):
             param.data[i].copy_(w)
 

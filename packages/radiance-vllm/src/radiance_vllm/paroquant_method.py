@@ -16,7 +16,7 @@ from vllm.model_executor.layers.linear import LinearMethodBase
 from radiance_vllm import checkall, stream
 from radiance_vllm.backend import kernel_backend
 from radiance_vllm.knobs import settings
-from radiance_vllm.param_loading import CheckpointError, add_param, checked, checkpoint_modules, drop_params
+from radiance_vllm.param_loading import CheckpointError, add_param, checked, drop_params, init_layer
 from radiance_vllm.rotation_params import FLOATS, create_rotation_params, finish_rotation
 
 INT = (torch.int32,)
@@ -29,13 +29,12 @@ class ParoQuantLinearMethod(LinearMethodBase):
     def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
                        params_dtype, **extra_weight_attrs):
         K, N, g = input_size_per_partition, sum(output_partition_sizes), self.config.group_size
-        layer.radiance_sizes = list(output_partition_sizes)
-        layer.radiance_modules = checkpoint_modules(layer.prefix, len(output_partition_sizes),
-                                                    self.config.packed_modules_mapping)
+        init_layer(layer, output_partition_sizes, self.config.packed_modules_mapping)
         width = 32 if self.config.bits == 5 else 8
         if K % g or any(n % width for n in output_partition_sizes):
             raise CheckpointError(f"{layer.prefix}: K={K} must be a multiple of {g} and every partition width "
-                                  f"{output_partition_sizes} a multiple of {width} for {self.config.bits}-bit paroquant")
+                                  f"{output_partition_sizes} a multiple of {width} "
+                                  f"for {self.config.bits}-bit paroquant")
         loader = extra_weight_attrs["weight_loader"]
         packed = {"input_dim": 0, "output_dim": 1, "packed_dim": 1}
         add_param(layer, "qweight", (K, N // 8), torch.int32, checked(layer, "qweight", loader, INT),
@@ -62,7 +61,6 @@ class ParoQuantLinearMethod(LinearMethodBase):
         hi = (layer.qweight_hi.data, layer.qzeros_hi.data) if self.config.bits == 5 else (None, None)
         layer.w4a8 = kernel_calls.prepare_w4a8(layer.qweight.data, layer.qzeros.data,
                                                layer.scales.data.to(torch.float16), *hi)
-        layer.rot_bounds_list = layer.rot_bounds.tolist()
         drop_params(layer, "qweight", "qzeros", "scales", "qweight_hi", "qzeros_hi")
 
     def apply(self, layer, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -84,7 +82,7 @@ class ParoQuantLinearMethod(LinearMethodBase):
 
 def _module_of(layer, column: int) -> str:
     edge = 0
-    for module, size in zip(layer.radiance_modules, layer.radiance_sizes):
+    for module, size in zip(layer.radiance_modules, layer.radiance_sizes, strict=True):
         edge += size
         if column < edge:
             return module

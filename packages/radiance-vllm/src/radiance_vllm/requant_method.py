@@ -13,8 +13,8 @@ from vllm.model_executor.layers.linear import LinearMethodBase
 from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 from vllm.model_executor.utils import set_weight_attrs
 
-from radiance_vllm.mxfp4_method import init_layer, mxfp4_apply, set_identity_rotation
-from radiance_vllm.param_loading import add_param, checked, drop_params, partition_loader
+from radiance_vllm.mxfp4_method import mxfp4_apply, set_identity_rotation
+from radiance_vllm.param_loading import add_param, checked, drop_params, init_layer, partition_loader
 
 F8 = (torch.float8_e4m3fn,)
 F32 = (torch.float32,)
@@ -34,7 +34,8 @@ class RequantLinearMethod(LinearMethodBase):
         loader = extra_weight_attrs["weight_loader"]
         if self.kind == "nvfp4":
             add_param(layer, "weight_packed", (N, K // 2), torch.uint8,
-                      checked(layer, "weight_packed", loader, (torch.uint8,)), {**ROWS, "packed_dim": 1, "packed_factor": 2})
+                      checked(layer, "weight_packed", loader, (torch.uint8,)),
+                      {**ROWS, "packed_dim": 1, "packed_factor": 2})
             add_param(layer, "weight_scale", (N, K // 16), torch.float8_e4m3fn,
                       checked(layer, "weight_scale", loader, F8), ROWS)
             for name in ("weight_global_scale", "input_global_scale"):
@@ -62,7 +63,6 @@ class RequantLinearMethod(LinearMethodBase):
 
     def process_weights_after_loading(self, layer) -> None:
         from radiance_kernels.formats import mx
-
         from radiance_vllm import kernel_calls
 
         w = self.dequantized(layer)
@@ -96,7 +96,8 @@ class FP8LMHeadMethod(UnquantizedEmbeddingMethod):
     def process_weights_after_loading(self, layer) -> None:
         from radiance_quant.nvfp4 import fp8_channel_dequantize
 
-        w = fp8_channel_dequantize(layer.weight.data, layer.weight_scale.data).to(torch.bfloat16).to(layer.radiance_dtype)
+        w = fp8_channel_dequantize(layer.weight.data, layer.weight_scale.data).to(torch.bfloat16)
+        w = w.to(layer.radiance_dtype)
         drop_params(layer, "weight", "weight_scale")
         layer.weight = torch.nn.Parameter(w, requires_grad=False)
         super().process_weights_after_loading(layer)

@@ -14,8 +14,8 @@ import torch
 from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig, QuantizeMethodBase
 
-from radiance_vllm.compile_key import stamp
 from radiance_vllm.checkpoint_scan import modules_with, resolve_model_dir, tensor_headers
+from radiance_vllm.compile_key import stamp
 from radiance_vllm.param_loading import CheckpointError, checkpoint_modules
 
 
@@ -70,8 +70,9 @@ class RotatedQuantConfig(QuantizationConfig):
             return self.linear_method()
         if not any(stored):
             return UnquantizedLinearMethod()
-        raise CheckpointError(f"{prefix}: merged linear mixes quantized {[m for m, s in zip(modules, stored) if s]} "
-                              f"and unquantized {[m for m, s in zip(modules, stored) if not s]} partitions")
+        quantized = [m for m, s in zip(modules, stored, strict=True) if s]
+        raise CheckpointError(f"{prefix}: merged linear mixes quantized {quantized} and unquantized "
+                              f"{[m for m in modules if m not in quantized]} partitions")
 
     def linear_method(self) -> QuantizeMethodBase:
         raise NotImplementedError

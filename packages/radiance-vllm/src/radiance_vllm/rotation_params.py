@@ -26,7 +26,7 @@ def create_rotation_params(layer: torch.nn.Module, k: int, n_partitions: int, kr
 
 
 def finish_rotation(layer: torch.nn.Module) -> None:
-    """Validate, dedup into runs, and store ``rot_pairs/rot_theta/rot_scales/rot_bounds`` on the layer."""
+    """Validate, dedup into runs, and store ``rot_pairs/rot_theta/rot_scales/rot_bounds_list`` on the layer."""
     from radiance_kernels.formats.rotation import validate_rotation
 
     pairs, theta, scales = layer.pairs.data, layer.theta.data, layer.channel_scales.data
@@ -46,7 +46,7 @@ def finish_rotation(layer: torch.nn.Module) -> None:
     layer.rot_pairs = pairs[first].contiguous()
     layer.rot_theta = theta[first].contiguous()
     layer.rot_scales = scales[first].contiguous()
-    layer.rot_bounds = torch.tensor(edges, dtype=torch.int32, device=pairs.device)
+    layer.rot_bounds_list = edges
     drop_params(layer, "pairs", "theta", "channel_scales")
 
 

@@ -126,7 +126,8 @@ def format_report(server: VLLMServer, model_dir, act: tuple[str, str] | None, ma
         ids, served_tokens = greedy(server, prompt, max_tokens)
         ref_tokens = reference_greedy(ref, ids, max_tokens)
         greedy_equal.append(served_tokens == ref_tokens)
-        first_diff.append(next((i for i, (a, b) in enumerate(zip(served_tokens, ref_tokens)) if a != b), None))
+        pairs = enumerate(zip(served_tokens, ref_tokens, strict=False))
+        first_diff.append(next((i for i, (a, b) in pairs if a != b), None))
         full = ids + served_tokens
         lp_ref = reference_logprobs(ref, full)
         kls.append(kl(lp_ref, prompt_logprobs(server, full, vocab)))

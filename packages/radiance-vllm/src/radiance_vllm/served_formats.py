@@ -56,7 +56,8 @@ FORMATS = {
 
 #: The corrupted tensor and the message the failed load must carry.
 BAD_PAIRS_TENSOR = "model.layers.1.self_attn.k_proj.pairs"
-BAD_PAIRS_MESSAGE = "model.layers.1.self_attn.k_proj.{pairs,theta,channel_scales}: pairs layer 2 group 0 is not a permutation"
+BAD_PAIRS_MESSAGE = ("model.layers.1.self_attn.k_proj.{pairs,theta,channel_scales}: "
+                     "pairs layer 2 group 0 is not a permutation")
 
 
 def corrupt_pairs(src: Path, dst: Path) -> Path:

@@ -8,6 +8,7 @@ the whole group, so no engine process outlives the server.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -135,14 +136,10 @@ class VLLMServer:
             return
         pgid = os.getpgid(self.proc.pid)
         os.killpg(pgid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)  # engine/worker children share the group
-        except ProcessLookupError:
-            pass
         self.proc.wait(timeout=30)
 
     def __enter__(self) -> VLLMServer:

@@ -9,7 +9,6 @@ to bf16 as the kernels' output is. ``act=None`` simulates no activation quantiza
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -74,8 +73,8 @@ def dequantized_linears(model_dir: Path) -> dict[str, tuple[torch.Tensor, tuple 
 
             m = key.removesuffix(".weight_packed")
             w = dequantize_mxfp4(state[key], state[f"{m}.weight_scale"])
-            rot = (state[f"{m}.pairs"], state[f"{m}.theta"], state[f"{m}.channel_scales"]) if f"{m}.pairs" in state else None
-            out[m] = (w, rot)
+            rotated = f"{m}.pairs" in state
+            out[m] = (w, (state[f"{m}.pairs"], state[f"{m}.theta"], state[f"{m}.channel_scales"]) if rotated else None)
     return out
 
 

@@ -9,9 +9,10 @@ Installed after weight loading on every decoder layer of the dense pattern (``in
 - the activation becomes ``radiance::gated_rotate_quant("silu_mul")``.
 
 The producer hands (A, AS, RS) to its consumer together with the tensor it returned; the consumer uses
-them only for that very tensor or a view of it (the SiluAndMul producer returns an unfilled token of the right shape:
-its only reader is ``down_proj``, which takes the handed activations). :func:`take` is the partition-count guard: the GEMM would read past the
-activation buffer if fed fewer partitions than the layer's rotation runs, so a mismatch raises.
+them only for that very tensor or a view of it (the SiluAndMul producer returns an unfilled token of
+the right shape: its only reader is ``down_proj``, which takes the handed activations). :func:`take`
+is the partition-count guard: the GEMM would read past the activation buffer if fed fewer partitions
+than the layer's rotation runs, so a mismatch raises.
 With the knob on and no layer of the pattern, installing raises rather than serving unfused.
 """
 
