@@ -4,7 +4,7 @@ Layouts (see :mod:`.naive` for the math): q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv] 
 g (log decay, ≤ 0), beta [B, T, Hv]; states [B, Hv, Dk, Dv] float32. Both return
 (o [B, T, Hv, Dv] in v's dtype, final state float32); the input state is not modified.
 ``qk_l2norm`` l2-normalises q and k per head inside the op (Qwen3-Next sets it); ``scale`` multiplies
-q (Qwen3-Next: Dk^-0.5). ``chunk`` (a power of two, 16..128) is gdn_chunk's tile length; the
+q (Qwen3-Next: Dk^-0.5). ``chunk`` (16, 32 or 64) is gdn_chunk's tile length; the
 reference backend is the plain recurrence for both ops. gdn_chunk also takes packed variable-length
 sequences: B = 1, ``cu_seqlens`` int32/int64 [N + 1] with 0 = cu[0] ≤ … ≤ cu[N] = T (not checked on
 the device), states [N, Hv, Dk, Dv].
@@ -16,7 +16,7 @@ from radiance_kernels.ops.gdn import naive
 from radiance_kernels.ops.registry import implementation, register_op
 
 FLOATS = (torch.float32, torch.bfloat16)
-CHUNKS = (16, 32, 64, 128)
+CHUNKS = (16, 32, 64)  # 128 needs ~384 KB of shared memory on Hopper
 
 
 def _reference_chunk(q, k, v, g, beta, initial_state, scale, qk_l2norm, chunk, cu_seqlens):
