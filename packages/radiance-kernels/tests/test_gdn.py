@@ -12,13 +12,13 @@ FP32_REL = 5e-5 if FULL_SHAPES else 1e-5  # fp32 paths: ieee dots on CPU, tf32x3
 BF16_REL = 8e-3  # bf16 outputs: a few bf16 ulps of the largest output
 
 
-def _inputs(B, T, Hk, Hv, Dk, Dv, device, dtype=torch.float32, gate=(0.0, 0.5), seed=0):
-    """Random q/k/v, log decays g in -[gate span], beta in (0, 1), a small initial state."""
+def _inputs(B, T, Hk, Hv, Dk, Dv, device, dtype=torch.float32, seed=0):
+    """Random q/k/v (in ``dtype``), log decays g in (-0.5, 0], beta in (0, 1), a small initial state."""
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(B, T, Hk, Dk, generator=gen)
     k = torch.randn(B, T, Hk, Dk, generator=gen)
     v = torch.randn(B, T, Hv, Dv, generator=gen)
-    g = -(gate[0] + (gate[1] - gate[0]) * torch.rand(B, T, Hv, generator=gen))
+    g = -0.5 * torch.rand(B, T, Hv, generator=gen)
     beta = torch.rand(B, T, Hv, generator=gen)
     s0 = 0.1 * torch.randn(B, Hv, Dk, Dv, generator=gen)
     return [x.to(dtype).to(device) for x in (q, k, v)] + [x.to(device) for x in (g, beta, s0)]
