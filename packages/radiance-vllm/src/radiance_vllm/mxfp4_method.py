@@ -21,12 +21,12 @@ from radiance_vllm.rotation_params import create_rotation_params, finish_rotatio
 U8 = (torch.uint8,)
 
 
-def set_identity_rotation(layer, k: int) -> None:
+def set_identity_rotation(layer, k: int, device: torch.device) -> None:
     from radiance_kernels.formats.rotation import GROUP
 
-    layer.rot_pairs = torch.arange(GROUP, dtype=torch.int16).repeat(k // GROUP)[None, None].contiguous()
-    layer.rot_theta = torch.zeros(1, 1, k // 2, dtype=torch.float16)
-    layer.rot_scales = torch.ones(1, k, dtype=torch.float16)
+    layer.rot_pairs = torch.arange(GROUP, dtype=torch.int16, device=device).repeat(k // GROUP)[None, None].contiguous()
+    layer.rot_theta = torch.zeros(1, 1, k // 2, dtype=torch.float16, device=device)
+    layer.rot_scales = torch.ones(1, k, dtype=torch.float16, device=device)
     layer.rot_bounds_list = [0, sum(layer.radiance_sizes)]
 
 

@@ -72,7 +72,7 @@ class RequantLinearMethod(LinearMethodBase):
             return
         packed, scales = mx.quantize_mxfp4(w, rule=self.config.rule)
         layer.mxfp4 = kernel_calls.prepare_mxfp4(packed, scales)
-        set_identity_rotation(layer, layer.radiance_k)
+        set_identity_rotation(layer, layer.radiance_k, w.device)
 
     def apply(self, layer, x, bias=None):
         if self.target == "dequant":
