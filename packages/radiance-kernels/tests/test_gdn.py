@@ -139,7 +139,8 @@ def _split_decay(g):
 
 
 def test_large_gate_span_stays_finite_and_exact(device):
-    B, T, Hk, Hv, D, C = (1, 8192, 16, 48, 128, 64) if FULL_SHAPES else (1, 128, 1, 2, 32, 64)
+    """Chunks spanning ~288 nats of decay, the last one partial (padding rows in an adversarial chunk)."""
+    B, T, Hk, Hv, D, C = (1, 8190, 16, 48, 128, 64) if FULL_SHAPES else (1, 120, 1, 2, 32, 64)
     q, k, v, _, beta, s0 = _inputs(B, T, Hk, Hv, D, D, device, seed=5)
     g = _adversarial_gate(B, T, Hv, device)
     scale = D**-0.5
