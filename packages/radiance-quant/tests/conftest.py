@@ -32,3 +32,8 @@ def small_int4(tmp_path_factory):
 def int4_copy(small_int4, tmp_path):
     """A private copy of the small int4 checkpoint, to corrupt."""
     return shutil.copytree(small_int4, tmp_path / "int4")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--external", action="store_true",
+                     help="also run the checks against z-lab paroquant and llm-compressor (builds a throwaway venv)")

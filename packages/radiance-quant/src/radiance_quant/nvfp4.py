@@ -3,8 +3,8 @@
 NVFP4 (``format: "nvfp4-pack-quantized"``), per linear ``W [N, K]``: ``weight_packed [N, K/2]`` uint8
 (e2m1 codes, low nibble = even column), ``weight_scale [N, K/16]`` float8_e4m3fn, ``weight_global_scale
 [1]`` fp32 (a divisor), ``input_global_scale [1]`` fp32:
-``W = e2m1 · scale / global`` (computed as ``(e2m1·scale) / global`` in fp32: e2m1·e4m3 is exact, so one
-rounding). FP8 per-channel (``float-quantized``): ``weight [N, K]`` float8_e4m3fn, ``weight_scale [N, 1]``:
+``W = e2m1 · (scale / global)`` in fp32, in that order (bit-identical to compressed-tensors' own
+dequantisation). FP8 per-channel (``float-quantized``): ``weight [N, K]`` float8_e4m3fn, ``weight_scale [N, 1]``:
 ``W = fp8 · scale``.
 
 MXFP4 output (``radiance_kernels.formats.mx``): ``weight_packed [N, K/2]`` uint8 + ``weight_scale
@@ -28,28 +28,34 @@ E2M1_MAX, E4M3_MAX = 6.0, 448.0
 AB = re.compile(r"\.in_proj_(a|b|ba)$")
 
 
-def nvfp4_quantize(w: torch.Tensor) -> dict[str, torch.Tensor]:
-    """W [N, K] -> NVFP4 tensors, compressed-tensors' recipe: global = 448·6 / amax(W); per 16-block
-    scale = e4m3(amax_b / 6 · global); codes = e2m1(W · global / scale) (zero scale -> code 0)."""
+def global_scale(w: torch.Tensor) -> torch.Tensor:
+    """NVFP4 global scale [1] = 448·6 / amax(W) (fused partitions share the minimum over them)."""
+    return (E4M3_MAX * E2M1_MAX / w.to(torch.float32).abs().amax().clamp(min=1e-12)).reshape(1)
+
+
+def nvfp4_quantize(w: torch.Tensor, glob: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """W [N, K] -> NVFP4 tensors, compressed-tensors' recipe: global (default :func:`global_scale`);
+    per 16-block scale = e4m3(amax_b / 6 · global); codes = e2m1(W / (scale / global)) (zero scale -> 0).
+    Equal in value to llm-compressor's output (it writes -0 codes where this writes +0)."""
     x = w.to(torch.float32)
     N, K = x.shape
     if K % NV_BLOCK:
         raise CheckpointError(f"nvfp4_quantize: K={K} is not a multiple of {NV_BLOCK}")
-    glob = (E4M3_MAX * E2M1_MAX / x.abs().amax().clamp(min=1e-12)).reshape(1)
+    glob = global_scale(x) if glob is None else glob.to(torch.float32).reshape(1).clone()
     blocks = x.reshape(N, K // NV_BLOCK, NV_BLOCK)
     scale = e4m3.decode(e4m3.encode(blocks.abs().amax(-1) / E2M1_MAX * glob))
-    div = torch.where(scale > 0, scale, torch.ones_like(scale))[..., None]
-    codes = torch.where(scale[..., None] > 0, mx.e2m1_encode(blocks * glob / div).to(torch.int32), 0)
+    div = torch.where(scale > 0, scale / glob, torch.ones_like(scale))[..., None]
+    codes = torch.where(scale[..., None] > 0, mx.e2m1_encode(blocks / div).to(torch.int32), 0)
     return {"weight_packed": mx.pack_fp4(codes.reshape(N, K)), "weight_scale": scale.to(torch.float8_e4m3fn),
             "weight_global_scale": glob, "input_global_scale": torch.ones(1)}
 
 
 def nvfp4_dequantize(weight_packed: torch.Tensor, weight_scale: torch.Tensor,
                      weight_global_scale: torch.Tensor) -> torch.Tensor:
-    """NVFP4 tensors -> W [N, K] fp32 = (e2m1 · scale) / global."""
+    """NVFP4 tensors -> W [N, K] fp32 = e2m1 · (scale / global)."""
     v = mx.e2m1_decode(mx.unpack_fp4(weight_packed))
-    s = weight_scale.to(torch.float32).repeat_interleave(NV_BLOCK, dim=-1)
-    return (v * s) / weight_global_scale.to(torch.float32).reshape(())
+    s = weight_scale.to(torch.float32) / weight_global_scale.to(torch.float32).reshape(())
+    return v * s.repeat_interleave(NV_BLOCK, dim=-1)
 
 
 def fp8_channel_dequantize(weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
@@ -198,19 +204,27 @@ def ct_config(nvfp4_targets: list[str], fp8_targets: list[str]) -> dict:
 
 
 def build_tiny_nvfp4(base_dir, out_dir) -> dict:
-    """Mixed NVFP4 checkpoint shaped like the seeds' 27B one: MLP linears NVFP4, attention linears and
-    lm_head FP8 per-channel, everything else copied (resumable, atomic)."""
+    """Mixed NVFP4 checkpoint shaped like the seeds' 27B one: MLP linears NVFP4 (gate/up share one
+    global scale, the minimum, as llm-compressor writes fused partitions), attention linears and lm_head
+    FP8 per-channel, everything else copied (resumable, atomic)."""
     base = Checkpoint(base_dir)
     mlp = re.compile(r"\.mlp\..*(gate|up|down)_proj$")
     fp8 = re.compile(r"(\.self_attn\.(q|k|v|o)_proj|\.linear_attn\.(in_proj_qkvz|out_proj)|^lm_head)$")
     mods = {n[: -len(".weight")]: n for n in base.names() if n.endswith(".weight") and len(base.spec(n)[1]) == 2}
+    fused: dict[str, torch.Tensor] = {}  # gate/up partition key -> shared global scale
+    for m, n in mods.items():
+        if mlp.search(m):
+            key = re.sub(r"(gate|up)_proj$", "gate_up", m)
+            g = global_scale(base.get(n))
+            fused[key] = torch.minimum(fused[key], g) if key in fused else g
 
     def convert_unit(unit: str, names: list[str]) -> dict[str, torch.Tensor]:
         out = {}
         for n in names:
             m = n[: -len(".weight")] if n.endswith(".weight") else None
             if m in mods and mlp.search(m):
-                out |= {f"{m}.{k}": v for k, v in nvfp4_quantize(base.get(n)).items()}
+                glob = fused[re.sub(r"(gate|up)_proj$", "gate_up", m)]
+                out |= {f"{m}.{k}": v for k, v in nvfp4_quantize(base.get(n), glob).items()}
             elif m in mods and fp8.search(m):
                 w = base.get(n).to(torch.float32)
                 s = (w.abs().amax(1, keepdim=True) / E4M3_MAX).clamp(min=1e-12)
