@@ -23,14 +23,14 @@ def _mxfp4_kernel(
     a_ptr, as_ptr, wp_ptr, ws_ptr, out_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
     SPLIT: tl.constexpr, HW: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     pid_m, pid_n, part = tile_coords(M, N, b1, b2, BM, BN, GROUP_M)
     pid_s = tl.program_id(1)
     G = K // BK
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
-    offs_k = tl.arange(0, BK)
+    offs_k = tl.arange(0, KS)
     mask_m = offs_m < M
     mask_n = offs_n < N
     a_rows = a_ptr + part.to(tl.int64) * M * K + offs_m.to(tl.int64)[:, None] * K
@@ -38,22 +38,22 @@ def _mxfp4_kernel(
     g_hi = tl.minimum(g_lo + groups_per_split, G)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for g in range(g_lo, g_hi):
-        k0 = g * BK
-        a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0).to(tl.float8e4nv, bitcast=True)
-        c = load_nibbles(wp_ptr, k0, offs_n, mask_n, N, BK, BN)
-        e_rows = k0 // 32 + tl.arange(0, BK // 32)
-        e = tl.load(ws_ptr + e_rows[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=127)
-        e = e.to(tl.int32)
-        scale = tl.where(e == 0, 5.877471754111438e-39, (e << 23).to(tl.float32, bitcast=True))  # 2^(e-127)
-        scale = tl.reshape(tl.broadcast_to(scale[:, None, :], (BK // 32, 32, BN)), (BK, BN))
-        j = c & 7
-        normal = ((((j >> 1) + 126) << 23) | ((j & 1) << 22)).to(tl.float32, bitcast=True)  # j >= 2
-        mag = tl.where(j < 2, j.to(tl.float32) * 0.5, normal)
-        w = tl.where(c >= 8, -mag, mag) * scale
-        if HW:
-            acc = tl.dot(a.to(tl.bfloat16), w.to(tl.bfloat16), acc)
-        else:
-            acc = tl.dot(a.to(tl.float32), w, acc)
+        for kk in tl.static_range(0, BK, KS):
+            k0 = g * BK + kk
+            a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0).to(tl.float8e4nv, bitcast=True)
+            c = load_nibbles(wp_ptr, k0, offs_n, mask_n, N, KS, BN)
+            e_rows = k0 // 32 + tl.arange(0, KS // 32)
+            e = tl.load(ws_ptr + e_rows[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=127).to(tl.int32)
+            scale = tl.where(e == 0, 5.877471754111438e-39, (e << 23).to(tl.float32, bitcast=True))  # 2^(e-127)
+            scale = tl.reshape(tl.broadcast_to(scale[:, None, :], (KS // 32, 32, BN)), (KS, BN))
+            j = c & 7
+            normal = ((((j >> 1) + 126) << 23) | ((j & 1) << 22)).to(tl.float32, bitcast=True)  # j >= 2
+            mag = tl.where(j < 2, j.to(tl.float32) * 0.5, normal)
+            w = tl.where(c >= 8, -mag, mag) * scale
+            if HW:
+                acc = tl.dot(a.to(tl.bfloat16), w.to(tl.bfloat16), acc)
+            else:
+                acc = tl.dot(a.to(tl.float32), w, acc)
     acc *= tl.load(as_ptr + part * M + offs_m, mask=mask_m, other=0.0)[:, None]
     mask = mask_m[:, None] & mask_n[None, :]
     if SPLIT:

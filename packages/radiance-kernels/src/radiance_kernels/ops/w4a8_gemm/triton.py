@@ -5,7 +5,8 @@ One kernel, parametrised by constexprs: weight bits (4/5), activation element (e
 (token / group) and the zero-point form:
 - in-loop (row-sum correction): per group ``acc += as * (s * t - (s*d) * RS)``, ``t = a · c``;
 - ZPE (epilogue): per group ``acc += as * s * t``; after the loop ``acc -= (as*RS) @ (s*d)`` as a
-  rank-G fp32 product over the program's groups.
+  rank-G fp32 product over the program's groups (3xTF32 tensor-core dot on NVIDIA, ~fp32 accurate
+  and far fewer registers than the FMA dot; "ieee" elsewhere).
 Each N-block takes its activation partition from the bounds (``n0 >= b1``, ``n0 >= b2``).
 
 Bands (dispatch by M in :func:`gemm`): decode (M <= DECODE_MAX_M) splits the groups over a third grid
@@ -61,14 +62,15 @@ def _w4a8_kernel(
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, ZPE: tl.constexpr,
     SPLIT: tl.constexpr, HW: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BG: tl.constexpr, GROUP_M: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, BG: tl.constexpr,
+    GROUP_M: tl.constexpr, ZPE_PREC: tl.constexpr,
 ):
     pid_m, pid_n, part = tile_coords(M, N, b1, b2, BM, BN, GROUP_M)
     pid_s = tl.program_id(1)
     G = K // BK
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
-    offs_k = tl.arange(0, BK)
+    offs_k = tl.arange(0, KS)
     mask_m = offs_m < M
     mask_n = offs_n < N
     a_rows = a_ptr + part.to(tl.int64) * M * K + offs_m.to(tl.int64)[:, None] * K
@@ -77,7 +79,7 @@ def _w4a8_kernel(
         as_rows = as_ptr + part * M * G + offs_m * G
     else:
         as_rows = as_ptr + part * M + offs_m
-    offs_h = tl.arange(0, BK // 32)
+    offs_h = tl.arange(0, KS // 32)
     shift_h = tl.arange(0, 32)
     OFF: tl.constexpr = 1 << (BITS - 1)
 
@@ -85,21 +87,27 @@ def _w4a8_kernel(
     g_hi = tl.minimum(g_lo + groups_per_split, G)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for g in range(g_lo, g_hi):
-        k0 = g * BK
-        a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0)
-        c = load_nibbles(wq_ptr, k0, offs_n, mask_n, N, BK, BN)
-        if BITS == 5:
-            wh = tl.load(wh_ptr + (k0 // 32 + offs_h)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
-            c = c | (tl.reshape((wh[:, None, :] >> shift_h[None, :, None]) & 1, (BK, BN)) << 4)
-        c = c - OFF
         if INT8:
-            t = tl.dot(a, c.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
+            t = tl.zeros((BM, BN), dtype=tl.int32)
         else:
-            if HW:  # integers in [-16, 15] are exact in fp16 and e4m3: one packed convert
-                w8 = c.to(tl.float16).to(tl.float8e4nv)
+            t = tl.zeros((BM, BN), dtype=tl.float32)
+        for kk in tl.static_range(0, BK, KS):  # KS-wide steps through the group: smaller weight tiles
+            k0 = g * BK + kk
+            a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0)
+            c = load_nibbles(wq_ptr, k0, offs_n, mask_n, N, KS, BN)
+            if BITS == 5:
+                wh = tl.load(wh_ptr + (k0 // 32 + offs_h)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
+                c = c | (tl.reshape((wh[:, None, :] >> shift_h[None, :, None]) & 1, (KS, BN)) << 4)
+            c = c - OFF
+            if INT8:
+                t = tl.dot(a, c.to(tl.int8), t, out_dtype=tl.int32)
             else:
-                w8 = e4m3_encode_sw(c.to(tl.float32)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
-            t = tl.dot(a.to(tl.float8e4nv, bitcast=True), w8)
+                if HW:  # integers in [-16, 15] are exact in fp16 and e4m3: one packed convert
+                    w8 = c.to(tl.float16).to(tl.float8e4nv)
+                else:
+                    w8 = e4m3_encode_sw(c.to(tl.float32)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+                t = tl.dot(a.to(tl.float8e4nv, bitcast=True), w8, t)
+        t = t.to(tl.float32)
         sz = tl.load(sz_ptr + g * N + offs_n, mask=mask_n, other=0)
         s = (sz & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
         if ZPE:
@@ -123,7 +131,7 @@ def _w4a8_kernel(
             mask_gn = mask_g[:, None] & mask_n[None, :]
             szc = tl.load(sz_ptr + offs_g[:, None] * N + offs_n[None, :], mask=mask_gn, other=0)
             sd = (szc & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * (szc >> 16).to(tl.float32)
-            acc -= tl.dot(rsa, sd, input_precision="ieee")
+            acc -= tl.dot(rsa, sd, input_precision=ZPE_PREC)
     if not GROUP_AS:
         acc *= tl.load(as_rows, mask=mask_m, other=0.0)[:, None]
     mask = mask_m[:, None] & mask_n[None, :]
@@ -147,7 +155,10 @@ def _block_n(bounds: list[int], want: int) -> int:
 
 
 def config(M: int, N: int, K: int, band: str, interp: bool) -> dict:
-    """Tile configuration for a band ("decode" / "prefill"); the interpreter gets large, few tiles."""
+    """Tile configuration for a band ("decode" / "prefill"); the interpreter gets large, few tiles.
+
+    KS is the k step inside a 128-group: prefill 128x128 tiles step 32 (register budget: at KS=128 the
+    unpacked weight tile spills, at 32 the in-loop int4/int5 kernels do not, per ptxas for sm_90)."""
     G = K // GROUP
     if band == "decode":
         bm = _pow2_at_least(min(M, DECODE_MAX_M), 16)
@@ -157,9 +168,10 @@ def config(M: int, N: int, K: int, band: str, interp: bool) -> dict:
         else:
             splits = max(1, min(G, (4 * _SMS) // max(1, triton.cdiv(N, bn) * triton.cdiv(M, bm))))
         per = triton.cdiv(G, splits)
-        return dict(BM=bm, BN=bn, GROUP_M=1, per=per, splits=triton.cdiv(G, per), num_warps=4, num_stages=4)
-    bm = 32 if interp else 128
-    return dict(BM=bm, BN=128, GROUP_M=8, per=G, splits=1, num_warps=8, num_stages=3)
+        return dict(BM=bm, BN=bn, KS=GROUP, GROUP_M=1, per=per, splits=triton.cdiv(G, per), num_warps=4, num_stages=4)
+    if interp:
+        return dict(BM=32, BN=128, KS=64, GROUP_M=8, per=G, splits=1, num_warps=8, num_stages=3)
+    return dict(BM=128, BN=128, KS=32, GROUP_M=8, per=G, splits=1, num_warps=8, num_stages=3)
 
 
 def resolve_band(band: str, M: int, op: str) -> str:
@@ -173,7 +185,7 @@ def resolve_band(band: str, M: int, op: str) -> str:
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
            tensors: tuple, **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, dst, M, N, K, b1, b2, stride_om,
-    groups_per_split, ..., SPLIT, HW, BM, BN, BK, GROUP_M)``; split-K partials are summed here."""
+    groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)``; split-K partials are summed here."""
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError(f"{op}: the triton backend needs contiguous weights (prepare() output, unsliced)")
     if out is None:
@@ -191,7 +203,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     grid = (triton.cdiv(M, cfg["BM"]) * triton.cdiv(N, bn), cfg["splits"])
     kernel[grid](
         *tensors, dst, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
-        SPLIT=split, HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP, GROUP_M=cfg["GROUP_M"],
+        SPLIT=split, HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **constexprs,
     )
     if split:
@@ -208,4 +220,5 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
         (A.contiguous(), AS.contiguous(), RS.contiguous(), w.wq, wh, w.sz),
         BITS=w.bits, INT8=A.dtype == torch.int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
+        ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
