@@ -109,6 +109,8 @@ def test_parse_lengths():
     assert perf.parse_lengths("2048,65536", 4096, 1) == ([2048], [65536])
     with pytest.raises(ValueError, match="max_model_len"):
         perf.parse_lengths("max", None, 1)
+    with pytest.raises(ValueError, match="no length"):
+        perf.parse_lengths("4096", 1024, 1)
 
 
 def test_filler_prompts_exact_and_seeded():

@@ -42,6 +42,8 @@ def parse_lengths(spec: str, limit: int | None, reserve: int) -> tuple[list[int]
         else:
             n = int(part.lower().replace("k", "")) * (1024 if part.lower().endswith("k") else 1)
         (keep if limit is None or n + reserve <= limit else skipped).append(n)
+    if not keep:
+        raise ValueError(f"no length in {spec!r} fits the server's max_model_len {limit} (with {reserve} reserved)")
     return keep, skipped
 
 

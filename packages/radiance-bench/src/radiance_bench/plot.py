@@ -36,6 +36,7 @@ def _bars(ax, groups: list[str], results: list[dict], values: list[list], ylabel
         v = [np.nan if y is None else y for y in vals]
         bars = ax.bar(x + (i - (len(results) - 1) / 2) * width, v, width, label=label)
         ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
+    ax.margins(y=0.12)
     ax.set_xticks(x, groups, rotation=20, ha="right")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -151,6 +152,7 @@ def plot(results: list[dict], out: Path) -> Path:
             "KL(ref‖cand) over the reference top-k",
         )
         axes[0].set_yscale("symlog", linthresh=1e-4)
+        axes[0].set_ylim(0, 4 * max([r["summary"]["max_kld"] for r in results] + [1e-3]))
         _bars(
             axes[1],
             ["Same top p", "top-k mass left out"],
