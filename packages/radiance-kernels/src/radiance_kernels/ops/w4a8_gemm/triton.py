@@ -9,10 +9,12 @@ One kernel, parametrised by constexprs: weight bits (4/5), activation element (e
   and far fewer registers than the FMA dot; "ieee" elsewhere).
 Each N-block takes its activation partition from the bounds (``n0 >= b1``, ``n0 >= b2``).
 
-Bands (dispatch by M in :func:`gemm`): decode (M <= DECODE_MAX_M) splits the groups over a third grid
-axis into an fp32 workspace ``[S, M, N]`` summed in a second stage; prefill tiles 128x128 over M, N with
-grouped launch order, one K step per 128-group (the scale group). The signed weight code ``c = q - 2^(b-1)``
-is converted to e4m3 exactly (the hardware convert on GPUs, the integer encoder under the interpreter).
+Bands (dispatch by M in :func:`gemm`): decode (M <= DECODE_MAX_M, tiles 16..64 x 64) splits the groups
+over a second grid axis into an fp32 workspace ``[S, M, N]`` summed in a second stage (deterministic);
+prefill tiles 128x128 (8 warps) over M, N in grouped launch order. The loop runs over 128-groups (the
+scale group, one fold each) in KS-wide dot steps. The signed weight code ``c = q - 2^(b-1)`` is
+converted to e4m3 exactly (fp16 → fp8 hardware convert on GPUs, the integer encoder under the
+interpreter). All configs compile for sm_90 (ptxas) with at most ~144 B of spill.
 """
 
 from __future__ import annotations
