@@ -277,7 +277,7 @@ def prefill_cmd(
         "seed": seed,
         "temperature": 0.0,
         "concurrency": 1,
-        "unique_prefix_tokens": 32,
+        "unique_prefix_tokens": perf.UNIQUE_PREFIX,
         "filler": str(filler or "shipped"),
     }
 

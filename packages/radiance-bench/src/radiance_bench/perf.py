@@ -21,6 +21,8 @@ from radiance_bench.console import progress_bar
 from radiance_bench.prompts import Filler
 
 SPEC = "vllm:spec_decode_num_"
+#: Random leading tokens per prefill request: no two requests share a prefix-cache block.
+UNIQUE_PREFIX = 32
 ENGINE = {
     "requests": "vllm:request_decode_time_seconds_count",
     "decode_s": "vllm:request_decode_time_seconds_sum",
@@ -189,7 +191,7 @@ async def prefill(
     lengths: list[int],
     repeats: int,
     seed: int,
-    unique: int = 32,
+    unique: int = UNIQUE_PREFIX,
     progress: bool = True,
 ) -> list[dict]:
     """Prompt processing at each length: TTFT and prefill tok/s, one token generated per request.
