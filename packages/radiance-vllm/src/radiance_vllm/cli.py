@@ -35,6 +35,7 @@ def serve(
 ) -> None:
     """Start vLLM's OpenAI server on MODEL with the Radiance plugin; extra args go to vLLM verbatim."""
     env = dict(os.environ)
+    env.pop(knobs_mod.PRINTED_MARK, None)
     for item in knob or []:
         name, eq, value = item.partition("=")
         if not eq or not name.startswith(knobs_mod.PREFIX):

@@ -16,8 +16,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 PREFIX = "RADIANCE_"
-#: Set in the environment after the first print so child processes (engine core, workers) stay quiet.
-_PRINTED_MARK = "_RADIANCE_SETTINGS_PRINTED"
+#: Set in the environment after the first print so child processes (engine core, workers) stay quiet;
+#: whoever starts a new server tree (``VLLMServer``, ``radiance serve``) removes it.
+PRINTED_MARK = "_RADIANCE_SETTINGS_PRINTED"
 
 
 class KnobError(ValueError):
@@ -184,9 +185,9 @@ def settings() -> Settings:
 
 def announce(extra: str = "") -> None:
     """Print the resolved settings once per process tree (children inherit the mark)."""
-    if os.environ.get(_PRINTED_MARK):
+    if os.environ.get(PRINTED_MARK):
         return
-    os.environ[_PRINTED_MARK] = "1"
+    os.environ[PRINTED_MARK] = "1"
     print(settings().table() + (f"\n{extra}" if extra else ""), file=sys.stderr, flush=True)
 
 

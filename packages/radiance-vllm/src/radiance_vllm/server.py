@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from radiance_vllm.knobs import PRINTED_MARK
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -30,6 +32,7 @@ def free_port() -> int:
 def hermetic_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a served test model runs in: loopback only, caches under ``workdir``."""
     env = dict(os.environ)
+    env.pop(PRINTED_MARK, None)  # a new server tree prints the Radiance settings once itself
     for sub in ("tmp", "vllm-cache", "torch-ext", "hf-home"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
     env.update(
