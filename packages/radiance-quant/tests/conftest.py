@@ -35,5 +35,8 @@ def int4_copy(small_int4, tmp_path):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--external", action="store_true",
-                     help="also run the checks against z-lab paroquant and llm-compressor (builds a throwaway venv)")
+    parser.addoption(
+        "--external",
+        action="store_true",
+        help="also run the checks against z-lab paroquant and llm-compressor (builds a throwaway venv)",
+    )

@@ -3,9 +3,9 @@ import json
 
 import pytest
 import torch
-from radiance_kernels.formats import awq, rotation
 from typer.testing import CliRunner
 
+from radiance_kernels.formats import awq, rotation
 from radiance_quant import build, paroquant, tiny
 from radiance_quant.cli import app
 from radiance_quant.io import REPORT, Checkpoint
@@ -32,7 +32,12 @@ def test_int5_from_paroquant_rotations(base, int4, tmp_path):
     r = build.build(base, a, "int5", rotations=int4)
     build.build(base, tmp_path / "b", "int5", seed=0)
     assert _shards(a) == _shards(tmp_path / "b")
-    assert Checkpoint(a).config["quantization_config"] == {"quant_method": "paroquant", "bits": 5, "group_size": 128, "krot": 8}
+    assert Checkpoint(a).config["quantization_config"] == {
+        "quant_method": "paroquant",
+        "bits": 5,
+        "group_size": 128,
+        "krot": 8,
+    }
     v = paroquant.verify(a, base=base)
     assert v["max_base_rel_rms"] < 0.5 * paroquant.verify(int4, base=base)["max_base_rel_rms"]
     ck = Checkpoint(a)
@@ -69,14 +74,26 @@ def test_qwen3_next_int4(tmp_path):
     v = paroquant.verify(tmp_path / "q", base=nx)
     assert "model.layers.0.mlp.experts.3.down_proj" in v["linears"]
     assert "model.layers.0.linear_attn.in_proj_qkvz" in v["linears"]
-    assert {"model.layers.0.linear_attn.in_proj_ba", "model.layers.0.mlp.gate", "model.layers.0.mlp.shared_expert_gate",
-            "lm_head"} <= set(v["unquantized"])
+    assert {
+        "model.layers.0.linear_attn.in_proj_ba",
+        "model.layers.0.mlp.gate",
+        "model.layers.0.mlp.shared_expert_gate",
+        "lm_head",
+    } <= set(v["unquantized"])
     ck = Checkpoint(tmp_path / "q")
     assert ck.spec("model.layers.0.linear_attn.in_proj_ba.weight")[0] == torch.bfloat16
 
 
-@pytest.mark.parametrize("kind,twice", [("paroquant-int4", False), ("paroquant-int5", True), ("paroquant-mxfp4", True),
-                                        ("nvfp4", False), ("nvfp4-mxfp4", True)])
+@pytest.mark.parametrize(
+    "kind,twice",
+    [
+        ("paroquant-int4", False),
+        ("paroquant-int5", True),
+        ("paroquant-mxfp4", True),
+        ("nvfp4", False),
+        ("nvfp4-mxfp4", True),
+    ],
+)
 def test_cli_tiny_formats(kind, twice, tmp_path):
     args = ["tiny", "--kind", kind, "--train-steps", "0", "--seed", "1"]
     for d in ("a", "b") if twice else ("a",):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from radiance_kernels.formats import awq, mx, rotation
 
+from radiance_kernels.formats import awq, mx, rotation
 from radiance_quant import nvfp4, paroquant
 from radiance_quant.io import Checkpoint
 
@@ -24,18 +24,24 @@ PINS = ["torch==2.13.0", "paroquant==0.1.16", "llmcompressor==0.14.0.1", "compre
 
 
 @pytest.fixture(scope="module")
-def ext(request, tmp_path_factory, base):
+def ext(request, tmp_path_factory):
     if not request.config.getoption("--external"):
         pytest.skip("needs --external (installs paroquant + llm-compressor into a throwaway venv)")
+    base = request.getfixturevalue("base")
     if shutil.which("uv") is None:
         pytest.fail("--external needs `uv` on PATH to build the throwaway venv")
     work = tmp_path_factory.mktemp("ext")
     py = work / "venv" / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    subprocess.run(["uv", "venv", "-q", "-p", f"{sys.version_info.major}.{sys.version_info.minor}", str(work / "venv")],
-                   check=True, env=env)
+    subprocess.run(
+        ["uv", "venv", "-q", "-p", f"{sys.version_info.major}.{sys.version_info.minor}", str(work / "venv")],
+        check=True,
+        env=env,
+    )
     subprocess.run(["uv", "pip", "install", "-q", "--python", str(py), *PINS], check=True, env=env)
-    subprocess.run(["uv", "pip", "install", "-q", "--python", str(py), "--no-deps", "autoawq==0.2.9"], check=True, env=env)
+    subprocess.run(
+        ["uv", "pip", "install", "-q", "--python", str(py), "--no-deps", "autoawq==0.2.9"], check=True, env=env
+    )
     for script in ("zlab_paroquant.py", "ct_nvfp4.py"):
         subprocess.run([str(py), str(HERE / script), str(base), str(work)], check=True, env=env)
     return work
@@ -62,7 +68,9 @@ def test_zlab_paroquant(ext, base):
         y = rotation.rotate(c["x"].float(), t["pairs"], t["theta"], t["channel_scales"]) @ w
         assert float((y - c["y"].float()).abs().max() / c["y"].float().abs().max()) < 3e-3, m
         wt = paroquant.to_rotated(b.get(f"{m}.weight").half(), t["pairs"], t["theta"], t["channel_scales"])
-        q = (torch.round(wt.T.float() / scales.float().repeat_interleave(128, 0)) + zeros.float().repeat_interleave(128, 0))
+        q = torch.round(wt.T.float() / scales.float().repeat_interleave(128, 0)) + zeros.float().repeat_interleave(
+            128, 0
+        )
         assert torch.equal(q.clamp(0, 15), codes.float()), m
 
 
@@ -81,7 +89,9 @@ def test_llmcompressor_nvfp4_mxfp4(ext, base, tmp_path):
         assert torch.equal(nvfp4.nvfp4_dequantize(mine["weight_packed"], mine["weight_scale"], glob), w), m
         if ".mlp." in m:
             partner = m.replace("gate_proj", "up_proj") if "gate_proj" in m else m.replace("up_proj", "gate_proj")
-            expect = torch.minimum(nvfp4.global_scale(b.get(f"{m}.weight")), nvfp4.global_scale(b.get(f"{partner}.weight")))
+            expect = torch.minimum(
+                nvfp4.global_scale(b.get(f"{m}.weight")), nvfp4.global_scale(b.get(f"{partner}.weight"))
+            )
             assert torch.equal(glob, expect), m
     r = nvfp4.convert(ext / "ct_NVFP4", tmp_path / "o")
     assert len(r["linears"]) == 14

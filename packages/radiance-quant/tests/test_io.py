@@ -19,16 +19,21 @@ def _hashes(d, skip=(REPORT,)):
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
     """4-layer, 2-shard synthetic bf16 checkpoint with an index."""
-    return tiny.build_synthetic(tmp_path_factory.mktemp("synth") / "m", layers=4, hidden=256, intermediate=512, shards=2)
+    return tiny.build_synthetic(
+        tmp_path_factory.mktemp("synth") / "m", layers=4, hidden=128, intermediate=256, shards=2
+    )
 
 
 def test_reader_streams_sharded(synth):
     ck = Checkpoint(synth)
     assert len({ck.file_of(n).name for n in ck.names()}) == 2
-    assert ck.spec("model.layers.3.mlp.down_proj.weight") == (torch.bfloat16, (256, 512))
-    assert ck.get("model.layers.3.mlp.down_proj.weight", torch.bfloat16, (256, 512)).shape == (256, 512)
-    with pytest.raises(CheckpointError, match=r"model-00002-of-00002.safetensors: tensor model.layers.3.mlp.down_proj.weight: "
-                                              r"expected torch.float16 \[256, 512\], got torch.bfloat16 \[256, 512\]"):
+    assert ck.spec("model.layers.3.mlp.down_proj.weight") == (torch.bfloat16, (128, 256))
+    assert ck.get("model.layers.3.mlp.down_proj.weight", torch.bfloat16, (128, 256)).shape == (128, 256)
+    with pytest.raises(
+        CheckpointError,
+        match=r"model-00002-of-00002.safetensors: tensor model.layers.3.mlp.down_proj.weight: "
+        r"expected torch.float16 \[128, 256\], got torch.bfloat16 \[128, 256\]",
+    ):
         ck.get("model.layers.3.mlp.down_proj.weight", torch.float16)
     with pytest.raises(CheckpointError, match="missing tensor model.layers.9.mlp.down_proj.weight"):
         ck.get("model.layers.9.mlp.down_proj.weight")
@@ -41,8 +46,11 @@ def test_reader_index_mismatch(synth, tmp_path):
     index = json.loads((d / INDEX).read_text())
     index["weight_map"]["model.layers.0.mlp.up_proj.weight"] = "model-00002-of-00002.safetensors"
     (d / INDEX).write_text(json.dumps(index))
-    with pytest.raises(CheckpointError, match="model-00002-of-00002.safetensors: tensor model.layers.0.mlp.up_proj.weight "
-                                              "listed in model.safetensors.index.json is not in that shard"):
+    with pytest.raises(
+        CheckpointError,
+        match="model-00002-of-00002.safetensors: tensor model.layers.0.mlp.up_proj.weight "
+        "listed in model.safetensors.index.json is not in that shard",
+    ):
         Checkpoint(d)
     (d / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(CheckpointError, match="model-00002-of-00002.safetensors: shard listed in .* is missing"):
@@ -95,8 +103,12 @@ RSS = textwrap.dedent("""
 
 
 def _peak_growth(src, out):
-    p = subprocess.run([sys.executable, "-c", RSS, str(src), str(out), "int4"], capture_output=True, text=True,
-                       env=os.environ | {"OMP_NUM_THREADS": "1"})
+    p = subprocess.run(
+        [sys.executable, "-c", RSS, str(src), str(out), "int4"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout.strip().splitlines()[-1])
     return (r["peak_kib"] - r["base_kib"]) * 1024

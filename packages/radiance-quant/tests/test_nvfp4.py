@@ -2,9 +2,9 @@ import json
 
 import pytest
 import torch
-from radiance_kernels.formats import mx
 from safetensors.torch import load_file, save_file
 
+from radiance_kernels.formats import mx
 from radiance_quant import nvfp4, tiny
 from radiance_quant.io import INDEX, Checkpoint, CheckpointError
 
@@ -54,8 +54,10 @@ def test_convert_tiny(nv, tmp_path):
         assert f"{m}.input_global_scale" not in ck
     assert len(r["linears"]) == 14 and max(v["rel_rms"] for v in r["linears"].values()) < 0.13
     src = Checkpoint(nv)
-    assert torch.equal(src.get("model.layers.0.mlp.gate_proj.weight_global_scale"),
-                       src.get("model.layers.0.mlp.up_proj.weight_global_scale"))
+    assert torch.equal(
+        src.get("model.layers.0.mlp.gate_proj.weight_global_scale"),
+        src.get("model.layers.0.mlp.up_proj.weight_global_scale"),
+    )
     kept = nvfp4.convert(nv, tmp_path / "k", fp8_layers="bf16", rule="ocp")
     assert len(kept["linears"]) == 6
     assert Checkpoint(tmp_path / "k").spec("model.layers.0.self_attn.q_proj.weight")[0] == torch.bfloat16

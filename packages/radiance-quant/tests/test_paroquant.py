@@ -1,13 +1,13 @@
 import hashlib
-import shutil
 import json
+import shutil
 
 import pytest
 import torch
-from radiance_kernels.formats import awq
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
+from radiance_kernels.formats import awq
 from radiance_quant import build, paroquant
 from radiance_quant.cli import app
 from radiance_quant.io import INDEX, Checkpoint, CheckpointError
@@ -37,7 +37,12 @@ def test_verify_tiny_int4(int4, base):
     assert r["max_identity_rel"] <= 1e-12
     assert r["max_base_rel_rms"] < 0.2
     assert set(r["unquantized"]) == {"lm_head", "model.embed_tokens"}
-    assert Checkpoint(int4).config["quantization_config"] == {"quant_method": "paroquant", "bits": 4, "group_size": 128, "krot": 8}
+    assert Checkpoint(int4).config["quantization_config"] == {
+        "quant_method": "paroquant",
+        "bits": 4,
+        "group_size": 128,
+        "krot": 8,
+    }
 
 
 def test_verify_detects_wrong_nibble_order(int4, base, tmp_path):
@@ -46,6 +51,7 @@ def test_verify_detects_wrong_nibble_order(int4, base, tmp_path):
     def swap(t):  # repack the codes in plain (non-AWQ) order
         codes = awq.unpack_int4(t[f"{Q}.qweight"]).to(torch.int64).reshape(128, -1, 8)
         t[f"{Q}.qweight"] = awq._to_int32(sum(codes[..., i] << (4 * i) for i in range(8)))
+
     _edit(int4_copy, f"{Q}.qweight", swap)
     paroquant.verify(int4_copy)  # without the base the order is not observable
     with pytest.raises(CheckpointError, match=rf"{Q}.qweight: dequantised weight is .* relRMS"):
@@ -53,16 +59,32 @@ def test_verify_detects_wrong_nibble_order(int4, base, tmp_path):
 
 
 BAD = {
-    "non-permutation pairs": (f"{Q}.pairs", lambda t: t[f"{Q}.pairs"].__setitem__((0, 5), t[f"{Q}.pairs"][0, 6]),
-                              r"pairs layer 0 group 0 is not a permutation"),
-    "nan scales": (f"{Q}.scales", lambda t: t[f"{Q}.scales"].__setitem__((0, 0), float("nan")), rf"{Q}.scales: 1 non-finite"),
+    "non-permutation pairs": (
+        f"{Q}.pairs",
+        lambda t: t[f"{Q}.pairs"].__setitem__((0, 5), t[f"{Q}.pairs"][0, 6]),
+        r"pairs layer 0 group 0 is not a permutation",
+    ),
+    "nan scales": (
+        f"{Q}.scales",
+        lambda t: t[f"{Q}.scales"].__setitem__((0, 0), float("nan")),
+        rf"{Q}.scales: 1 non-finite",
+    ),
     "inf theta": (f"{Q}.theta", lambda t: t[f"{Q}.theta"].__setitem__((1, 3), float("inf")), r"theta has 1 non-finite"),
-    "zero channel scale": (f"{Q}.channel_scales", lambda t: t[f"{Q}.channel_scales"].__setitem__((0, 7), 0.0),
-                           r"channel_scales has 1 zero"),
-    "wrong dtype": (f"{Q}.scales", lambda t: t.__setitem__(f"{Q}.scales", t[f"{Q}.scales"].float()),
-                    rf"tensor {Q}.scales: expected torch.float16 \[1, 128\], got torch.float32"),
-    "wrong shape": (f"{Q}.qzeros", lambda t: t.__setitem__(f"{Q}.qzeros", t[f"{Q}.qzeros"][:, :8]),
-                    rf"tensor {Q}.qzeros: expected torch.int32 \[1, 16\], got torch.int32 \[1, 8\]"),
+    "zero channel scale": (
+        f"{Q}.channel_scales",
+        lambda t: t[f"{Q}.channel_scales"].__setitem__((0, 7), 0.0),
+        r"channel_scales has 1 zero",
+    ),
+    "wrong dtype": (
+        f"{Q}.scales",
+        lambda t: t.__setitem__(f"{Q}.scales", t[f"{Q}.scales"].float()),
+        rf"tensor {Q}.scales: expected torch.float16 \[1, 128\], got torch.float32",
+    ),
+    "wrong shape": (
+        f"{Q}.qzeros",
+        lambda t: t.__setitem__(f"{Q}.qzeros", t[f"{Q}.qzeros"][:, :8]),
+        rf"tensor {Q}.qzeros: expected torch.int32 \[1, 16\], got torch.int32 \[1, 8\]",
+    ),
     "missing tensor": (f"{Q}.theta", lambda t: t.pop(f"{Q}.theta"), rf"missing tensor {Q}.theta"),
 }
 
@@ -97,12 +119,15 @@ def test_truncated_shard(int4_copy):
         Checkpoint(int4_copy)
 
 
-@pytest.mark.parametrize("qc,msg", [
-    ({"bits": 5}, r"qweight: expected torch.int32"),  # int5 needs qweight_hi: the first missing tensor is named
-    ({"krot": 4}, r"theta: expected torch.float16 \[4, 128\], got torch.float16 \[8, 128\]"),
-    ({"group_size": 64}, r"group_size 128"),
-    ({"quant_method": "awq"}, r"not 'paroquant' \('awq'\)"),
-])
+@pytest.mark.parametrize(
+    "qc,msg",
+    [
+        ({"bits": 5}, r"qweight: expected torch.int32"),  # int5 needs qweight_hi: the first missing tensor is named
+        ({"krot": 4}, r"theta: expected torch.float16 \[4, 128\], got torch.float16 \[8, 128\]"),
+        ({"group_size": 64}, r"group_size 128"),
+        ({"quant_method": "awq"}, r"not 'paroquant' \('awq'\)"),
+    ],
+)
 def test_config_mismatch(int4_copy, qc, msg):
     cfg = json.loads((int4_copy / "config.json").read_text())
     cfg["quantization_config"] |= qc

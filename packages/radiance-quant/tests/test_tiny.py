@@ -45,7 +45,9 @@ def test_tokenizer_chat_template(qwen3):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(qwen3)
-    text = tok.apply_chat_template([{"role": "user", "content": "2 + 3 = ?"}], tokenize=False, add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "2 + 3 = ?"}], tokenize=False, add_generation_prompt=True
+    )
     assert text == "<|im_start|>user\n2 + 3 = ?<|im_end|>\n<|im_start|>assistant\n"
     assert tok.eos_token == "<|im_end|>" and tok.eos_token_id == 2
     assert tok.decode(tok("Hello, world! 12 + 30 = 42")["input_ids"]) == "Hello, world! 12 + 30 = 42"
@@ -75,6 +77,8 @@ def test_qwen3_next_runs(tmp_path):
 def test_cli_tiny(tmp_path):
     r = CliRunner().invoke(app, ["tiny", "--kind", "qwen3-next", "--out", str(tmp_path / "m"), "--seed", "3"])
     assert r.exit_code == 0, r.output
-    r2 = CliRunner().invoke(app, ["tiny", "--kind", "qwen3", "--out", str(tmp_path / "q"), "--train-steps", "0", "--dtype", "bfloat16"])
+    r2 = CliRunner().invoke(
+        app, ["tiny", "--kind", "qwen3", "--out", str(tmp_path / "q"), "--train-steps", "0", "--dtype", "bfloat16"]
+    )
     assert r2.exit_code == 0, r2.output
     assert json.loads((tmp_path / "q" / "config.json").read_text())["dtype"] == "bfloat16"

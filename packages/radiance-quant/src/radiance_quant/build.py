@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import torch
-from radiance_kernels.formats import awq, mx, rotation
 
+from radiance_kernels.formats import awq, mx, rotation
 from radiance_quant.io import Checkpoint, CheckpointError, Job, run_units, units
 from radiance_quant.paroquant import GROUP, ROW_CHUNK, linears, quant_config, to_rotated
 
@@ -37,8 +36,15 @@ def targets(base: Checkpoint) -> list[str]:
     out = []
     for n in base.names():
         dt, sh = base.spec(n)
-        if (".layers." in n and n.endswith(".weight") and len(sh) == 2 and dt.is_floating_point
-                and not SKIP.search(n) and sh[1] % GROUP == 0 and sh[0] % 32 == 0):
+        if (
+            ".layers." in n
+            and n.endswith(".weight")
+            and len(sh) == 2
+            and dt.is_floating_point
+            and not SKIP.search(n)
+            and sh[1] % GROUP == 0
+            and sh[0] % 32 == 0
+        ):
             out.append(n[: -len(".weight")])
     return out
 
@@ -61,8 +67,7 @@ def dequant_tensors(t: dict[str, torch.Tensor]) -> torch.Tensor:
     return awq.dequantize(codes, zeros, scales).T.to(torch.float64)
 
 
-def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool = False,
-          rule: str = "mse") -> dict:
+def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool = False, rule: str = "mse") -> dict:
     """Build a rotated `fmt` checkpoint from `base_dir` into `out_dir` (resumable, atomic); returns the report.
 
     `rotations`: a ParoQuant checkpoint dir whose theta/pairs/channel_scales are used (and whose
@@ -89,8 +94,11 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
         if rot is None:
             return rotation.random_rotation(K, krot, seed * 1_000_003 + index[m])
         p = f"{m}.channel_scales"
-        r = [rot.get(f"{m}.pairs", torch.int16, (krot, K)), rot.get(f"{m}.theta", torch.float16, (krot, K // 2)),
-             rot.get(p, torch.float16, (1, K))]
+        r = [
+            rot.get(f"{m}.pairs", torch.int16, (krot, K)),
+            rot.get(f"{m}.theta", torch.float16, (krot, K // 2)),
+            rot.get(p, torch.float16, (1, K)),
+        ]
         try:
             rotation.validate_rotation(*r, name=m)
         except ValueError as e:
@@ -102,8 +110,10 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
     for m in mods:  # check every input before the output directory is touched
         dt, sh = base.spec(f"{m}.weight")
         if len(sh) != 2 or not dt.is_floating_point or sh[1] % GROUP or sh[0] % 32:
-            raise CheckpointError(f"{base.file_of(m + '.weight')}: tensor {m}.weight: expected a float [N, K] "
-                                  f"with K % 128 == 0 and N % 32 == 0, got {dt} {list(sh)}")
+            raise CheckpointError(
+                f"{base.file_of(m + '.weight')}: tensor {m}.weight: expected a float [N, K] "
+                f"with K % 128 == 0 and N % 32 == 0, got {dt} {list(sh)}"
+            )
         if rot is not None:
             records(m, sh[1])
 
@@ -130,9 +140,14 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
         return out
 
     plan = units(base.names())
-    fingerprint = {"tool": f"build-{fmt}", "format_version": 1, "base": base.fingerprint(),
-                   "rotations": rot.fingerprint() if rot is not None else f"random:{seed}", "pow2": pow2,
-                   "rule": rule if fmt == "mxfp4" else None}
+    fingerprint = {
+        "tool": f"build-{fmt}",
+        "format_version": 1,
+        "base": base.fingerprint(),
+        "rotations": rot.fingerprint() if rot is not None else f"random:{seed}",
+        "pow2": pow2,
+        "rule": rule if fmt == "mxfp4" else None,
+    }
     job = Job(out_dir, fingerprint, list(plan))
     written = run_units(job, plan, convert, f"build {fmt}")
     if fmt == "mxfp4":
@@ -140,9 +155,17 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
     else:
         qconf = {"quant_method": "paroquant", "bits": int(fmt[3]), "group_size": GROUP, "krot": krot}
     config = dict(base.config) | {"quantization_config": qconf}
-    report = {"tool": f"build-{fmt}", "base": str(base.dir), "rotations": str(rot.dir) if rot else f"random:{seed}",
-              "pow2": pow2, "rule": rule if fmt == "mxfp4" else None, "quantization_config": qconf,
-              "units_written": written, "units_resumed": [u for u in plan if u not in written],
-              "linears": figures, "seconds": round(time.perf_counter() - t0, 3)}
+    report = {
+        "tool": f"build-{fmt}",
+        "base": str(base.dir),
+        "rotations": str(rot.dir) if rot else f"random:{seed}",
+        "pow2": pow2,
+        "rule": rule if fmt == "mxfp4" else None,
+        "quantization_config": qconf,
+        "units_written": written,
+        "units_resumed": [u for u in plan if u not in written],
+        "linears": figures,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
     job.finish(config, base.dir, report)
     return report

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -31,7 +31,7 @@ def _run(fn, report: Path | None = None):
     return out
 
 
-class TinyKind(str, Enum):
+class TinyKind(StrEnum):
     qwen3 = "qwen3"
     qwen3_next = "qwen3-next"
     int4 = "paroquant-int4"
@@ -71,11 +71,13 @@ def verify(
     from radiance_quant.paroquant import verify as run
 
     r = _run(lambda: run(checkpoint, base=base), report)
-    typer.echo(f"OK {len(r['linears'])} quantized linears, max identity rel {r['max_identity_rel']:.2e}, "
-               f"unquantized: {sorted(r['unquantized'])}")
+    typer.echo(
+        f"OK {len(r['linears'])} quantized linears, max identity rel {r['max_identity_rel']:.2e}, "
+        f"unquantized: {sorted(r['unquantized'])}"
+    )
 
 
-class Fmt(str, Enum):
+class Fmt(StrEnum):
     int4 = "int4"
     int5 = "int5"
     mxfp4 = "mxfp4"
@@ -117,7 +119,9 @@ def nvfp4_to_mxfp4(
 def study(
     reference: Path,
     other: list[str] = typer.Option([], help="LABEL=DIR, repeatable."),
-    direct: list[str] = typer.Option([], help="Direct (unrotated) formats of the reference: int4 int5 mxfp4-ocp mxfp4-mse."),
+    direct: list[str] = typer.Option(
+        [], help="Direct (unrotated) formats of the reference: int4 int5 mxfp4-ocp mxfp4-mse."
+    ),
     report: Path = typer.Option(None, help="Write the JSON report here."),
 ) -> None:
     """Weight error (relRMS, dB) of each checkpoint's linears against the reference."""
@@ -138,5 +142,7 @@ def inspect(checkpoint: Path) -> None:
     from radiance_quant.io import Checkpoint
 
     ck = _run(lambda: Checkpoint(checkpoint))
-    json.dump({n: [str(ck.spec(n)[0]), list(ck.spec(n)[1]), ck.file_of(n).name] for n in ck.names()}, sys.stdout, indent=1)
+    json.dump(
+        {n: [str(ck.spec(n)[0]), list(ck.spec(n)[1]), ck.file_of(n).name] for n in ck.names()}, sys.stdout, indent=1
+    )
     typer.echo("")

@@ -30,9 +30,18 @@ STATE = ".radiance-job.json"
 REPORT = "radiance-quant-report.json"
 INDEX = "model.safetensors.index.json"
 DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
 }
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
 
@@ -159,7 +168,9 @@ def units(names: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for n in sorted(names):
         out.setdefault(unit_of(n), []).append(n)
-    return dict(sorted(out.items(), key=lambda kv: (kv[0] != "other", int(kv[0].split(".")[1]) if kv[0] != "other" else 0)))
+    return dict(
+        sorted(out.items(), key=lambda kv: (kv[0] != "other", int(kv[0].split(".")[1]) if kv[0] != "other" else 0))
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -197,8 +208,11 @@ class Job:
         if state_path.is_file():
             state = json.loads(state_path.read_text())
             if state.get("fingerprint") != fingerprint or state.get("units") != self.unit_names:
-                diff = sorted(k for k in set(fingerprint) | set(state.get("fingerprint", {}))
-                              if state.get("fingerprint", {}).get(k) != fingerprint.get(k))
+                diff = sorted(
+                    k
+                    for k in set(fingerprint) | set(state.get("fingerprint", {}))
+                    if state.get("fingerprint", {}).get(k) != fingerprint.get(k)
+                )
                 raise CheckpointError(
                     f"{self.dir}: holds the output of a different job or model (differs in: {diff or ['units']}); "
                     "nothing was overwritten — choose an empty directory"
@@ -244,10 +258,20 @@ class Job:
             raise CheckpointError(f"{self.dir}: units not written: {missing}")
         weight_map = {t: self.files[u] for u in self.unit_names for t in self.done[u]["tensors"]}
         total = sum((self.dir / f).stat().st_size for f in self.files.values())
-        write_json(self.dir / INDEX, {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})
+        write_json(
+            self.dir / INDEX, {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+        )
         for p in sorted(source.iterdir()):
-            if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors" and p.name not in (
-                "config.json", INDEX, REPORT,
+            if (
+                p.is_file()
+                and not p.name.startswith(".")
+                and p.suffix != ".safetensors"
+                and p.name
+                not in (
+                    "config.json",
+                    INDEX,
+                    REPORT,
+                )
             ):
                 tmp = self.dir / f".{p.name}.tmp"
                 shutil.copyfile(p, tmp)

@@ -19,8 +19,8 @@ import re
 import time
 
 import torch
-from radiance_kernels.formats import e4m3, mx
 
+from radiance_kernels.formats import e4m3, mx
 from radiance_quant.io import Checkpoint, CheckpointError, Job, run_units, units
 
 NV_BLOCK = 16
@@ -46,12 +46,17 @@ def nvfp4_quantize(w: torch.Tensor, glob: torch.Tensor | None = None) -> dict[st
     scale = e4m3.decode(e4m3.encode(blocks.abs().amax(-1) / E2M1_MAX * glob))
     div = torch.where(scale > 0, scale / glob, torch.ones_like(scale))[..., None]
     codes = torch.where(scale[..., None] > 0, mx.e2m1_encode(blocks / div).to(torch.int32), 0)
-    return {"weight_packed": mx.pack_fp4(codes.reshape(N, K)), "weight_scale": scale.to(torch.float8_e4m3fn),
-            "weight_global_scale": glob, "input_global_scale": torch.ones(1)}
+    return {
+        "weight_packed": mx.pack_fp4(codes.reshape(N, K)),
+        "weight_scale": scale.to(torch.float8_e4m3fn),
+        "weight_global_scale": glob,
+        "input_global_scale": torch.ones(1),
+    }
 
 
-def nvfp4_dequantize(weight_packed: torch.Tensor, weight_scale: torch.Tensor,
-                     weight_global_scale: torch.Tensor) -> torch.Tensor:
+def nvfp4_dequantize(
+    weight_packed: torch.Tensor, weight_scale: torch.Tensor, weight_global_scale: torch.Tensor
+) -> torch.Tensor:
     """NVFP4 tensors -> W [N, K] fp32 = e2m1 · (scale / global)."""
     v = mx.e2m1_decode(mx.unpack_fp4(weight_packed))
     s = weight_scale.to(torch.float32) / weight_global_scale.to(torch.float32).reshape(())
@@ -63,13 +68,16 @@ def fp8_channel_dequantize(weight: torch.Tensor, weight_scale: torch.Tensor) -> 
     return weight.to(torch.float32) * weight_scale.to(torch.float32).reshape(-1, 1)
 
 
-def nvfp4_to_mxfp4(weight_packed: torch.Tensor, weight_scale: torch.Tensor, weight_global_scale: torch.Tensor,
-                   rule: str = "mse") -> tuple[torch.Tensor, torch.Tensor]:
+def nvfp4_to_mxfp4(
+    weight_packed: torch.Tensor, weight_scale: torch.Tensor, weight_global_scale: torch.Tensor, rule: str = "mse"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-tensor requant for the vLLM plugin's load path: NVFP4 -> (packed [N, K/2], e8m0 [N, K/32])."""
     return mx.quantize_mxfp4(nvfp4_dequantize(weight_packed, weight_scale, weight_global_scale), rule=rule)
 
 
-def fp8_to_mxfp4(weight: torch.Tensor, weight_scale: torch.Tensor, rule: str = "mse") -> tuple[torch.Tensor, torch.Tensor]:
+def fp8_to_mxfp4(
+    weight: torch.Tensor, weight_scale: torch.Tensor, rule: str = "mse"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-tensor requant: FP8 per-channel -> (packed [N, K/2], e8m0 [N, K/32])."""
     return mx.quantize_mxfp4(fp8_channel_dequantize(weight, weight_scale), rule=rule)
 
@@ -86,8 +94,10 @@ def module_kind(ck: Checkpoint, m: str) -> str:
     if dt == torch.float8_e4m3fn:
         sdt, ssh = ck.spec(f"{m}.weight_scale")
         if ssh not in ((N, 1), (N,)) or not sdt.is_floating_point:
-            raise CheckpointError(f"{ck.file_of(m + '.weight_scale')}: tensor {m}.weight_scale: expected float "
-                                  f"[{N}, 1] (FP8 per-channel), got {sdt} {list(ssh)}")
+            raise CheckpointError(
+                f"{ck.file_of(m + '.weight_scale')}: tensor {m}.weight_scale: expected float "
+                f"[{N}, 1] (FP8 per-channel), got {sdt} {list(ssh)}"
+            )
         return "fp8"
     return "dense"
 
@@ -99,8 +109,10 @@ def dequantize_module(ck: Checkpoint, m: str) -> torch.Tensor:
         t = [ck.get(f"{m}.{k}") for k in ("weight_packed", "weight_scale", "weight_global_scale")]
         w = nvfp4_dequantize(*t)
         if not torch.isfinite(w).all():
-            raise CheckpointError(f"{ck.file_of(m + '.weight_scale')}: tensor {m}.weight_scale/global_scale: "
-                                  "non-finite dequantised weight")
+            raise CheckpointError(
+                f"{ck.file_of(m + '.weight_scale')}: tensor {m}.weight_scale/global_scale: "
+                "non-finite dequantised weight"
+            )
         return w
     if kind == "fp8":
         w = fp8_channel_dequantize(ck.get(f"{m}.weight"), ck.get(f"{m}.weight_scale"))
@@ -116,8 +128,9 @@ def _modules(ck: Checkpoint) -> list[str]:
     return sorted(out | {n[: -len(".weight")] for n in ck.names() if n.endswith(".weight") and len(ck.spec(n)[1]) == 2})
 
 
-def convert(src_dir, out_dir, rule: str = "mse", fp8_layers: str = "mxfp4", lm_head: str = "bf16",
-            in_proj_ab: bool = False) -> dict:
+def convert(
+    src_dir, out_dir, rule: str = "mse", fp8_layers: str = "mxfp4", lm_head: str = "bf16", in_proj_ab: bool = False
+) -> dict:
     """NVFP4 (compressed-tensors) checkpoint -> MXFP4 checkpoint (resumable, atomic); returns the report.
 
     NVFP4 linears -> MXFP4; FP8 per-channel linears -> MXFP4 (`fp8_layers="mxfp4"`) or bf16 ("bf16");
@@ -129,8 +142,10 @@ def convert(src_dir, out_dir, rule: str = "mse", fp8_layers: str = "mxfp4", lm_h
     src = Checkpoint(src_dir)
     qc = src.config.get("quantization_config", {})
     if qc.get("quant_method") != "compressed-tensors":
-        raise CheckpointError(f"{src.dir / 'config.json'}: quantization_config.quant_method is not "
-                              f"'compressed-tensors' ({qc.get('quant_method')!r})")
+        raise CheckpointError(
+            f"{src.dir / 'config.json'}: quantization_config.quant_method is not "
+            f"'compressed-tensors' ({qc.get('quant_method')!r})"
+        )
     kinds = {m: module_kind(src, m) for m in _modules(src)}
     if "nvfp4" not in kinds.values():
         raise CheckpointError(f"{src.dir}: no NVFP4 module (no *.weight_packed tensor)")
@@ -155,8 +170,19 @@ def convert(src_dir, out_dir, rule: str = "mse", fp8_layers: str = "mxfp4", lm_h
     def convert_unit(unit: str, names: list[str]) -> dict[str, torch.Tensor]:
         out = {}
         mods = sorted({m for m in kinds if f"{m}.weight" in names or f"{m}.weight_packed" in names})
-        owned = {f"{m}.{k}" for m in mods if target(m) != "keep" for k in
-                 ("weight", "weight_packed", "weight_scale", "weight_global_scale", "input_global_scale", "input_scale")}
+        owned = {
+            f"{m}.{k}"
+            for m in mods
+            if target(m) != "keep"
+            for k in (
+                "weight",
+                "weight_packed",
+                "weight_scale",
+                "weight_global_scale",
+                "input_global_scale",
+                "input_scale",
+            )
+        }
         for n in names:
             if n not in owned:
                 out[n] = src.get(n)
@@ -176,31 +202,72 @@ def convert(src_dir, out_dir, rule: str = "mse", fp8_layers: str = "mxfp4", lm_h
 
     plan = units(src.names())
     options = {"rule": rule, "fp8_layers": fp8_layers, "lm_head": lm_head, "in_proj_ab": in_proj_ab}
-    job = Job(out_dir, {"tool": "nvfp4-to-mxfp4", "format_version": 1, "source": src.fingerprint()} | options, list(plan))
+    job = Job(
+        out_dir, {"tool": "nvfp4-to-mxfp4", "format_version": 1, "source": src.fingerprint()} | options, list(plan)
+    )
     written = run_units(job, plan, convert_unit, "nvfp4->mxfp4")
     qconf = {"quant_method": "radiance_mxfp4", "block_size": mx.MX_BLOCK, "exp_rule": rule}
     config = dict(src.config) | {"quantization_config": qconf}
-    report = {"tool": "nvfp4-to-mxfp4", "source": str(src.dir), **options, "quantization_config": qconf,
-              "module_kinds": kinds, "units_written": written, "units_resumed": [u for u in plan if u not in written],
-              "linears": figures, "seconds": round(time.perf_counter() - t0, 3)}
+    report = {
+        "tool": "nvfp4-to-mxfp4",
+        "source": str(src.dir),
+        **options,
+        "quantization_config": qconf,
+        "module_kinds": kinds,
+        "units_written": written,
+        "units_resumed": [u for u in plan if u not in written],
+        "linears": figures,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
     job.finish(config, src.dir, report)
     return report
 
 
 def ct_config(nvfp4_targets: list[str], fp8_targets: list[str]) -> dict:
     """A compressed-tensors quantization_config for a mixed NVFP4 + FP8 per-channel checkpoint."""
-    fp4 = {"num_bits": 4, "type": "float", "symmetric": True, "strategy": "tensor_group", "group_size": NV_BLOCK,
-           "dynamic": False, "observer": "minmax"}
-    fp8 = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel", "dynamic": False,
-           "observer": "minmax"}
-    groups = {"group_0": {"targets": nvfp4_targets, "weights": fp4, "format": "nvfp4-pack-quantized",
-                          "input_activations": fp4 | {"dynamic": "local"}, "output_activations": None}}
+    fp4 = {
+        "num_bits": 4,
+        "type": "float",
+        "symmetric": True,
+        "strategy": "tensor_group",
+        "group_size": NV_BLOCK,
+        "dynamic": False,
+        "observer": "minmax",
+    }
+    fp8 = {
+        "num_bits": 8,
+        "type": "float",
+        "symmetric": True,
+        "strategy": "channel",
+        "dynamic": False,
+        "observer": "minmax",
+    }
+    groups = {
+        "group_0": {
+            "targets": nvfp4_targets,
+            "weights": fp4,
+            "format": "nvfp4-pack-quantized",
+            "input_activations": fp4 | {"dynamic": "local"},
+            "output_activations": None,
+        }
+    }
     if fp8_targets:
-        groups["group_1"] = {"targets": fp8_targets, "weights": fp8, "format": "float-quantized",
-                             "input_activations": None, "output_activations": None}
-    return {"quant_method": "compressed-tensors", "format": "mixed-precision" if fp8_targets else "nvfp4-pack-quantized",
-            "quantization_status": "compressed", "config_groups": groups, "ignore": [], "kv_cache_scheme": None,
-            "sparsity_config": {}}
+        groups["group_1"] = {
+            "targets": fp8_targets,
+            "weights": fp8,
+            "format": "float-quantized",
+            "input_activations": None,
+            "output_activations": None,
+        }
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "mixed-precision" if fp8_targets else "nvfp4-pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": groups,
+        "ignore": [],
+        "kv_cache_scheme": None,
+        "sparsity_config": {},
+    }
 
 
 def build_tiny_nvfp4(base_dir, out_dir) -> dict:
@@ -236,8 +303,10 @@ def build_tiny_nvfp4(base_dir, out_dir) -> dict:
     plan = units(base.names())
     job = Job(out_dir, {"tool": "tiny-nvfp4", "format_version": 1, "base": base.fingerprint()}, list(plan))
     run_units(job, plan, convert_unit, "tiny nvfp4")
-    qconf = ct_config(["re:.*mlp.*(gate|up|down)_proj$"],
-                      ["re:.*self_attn.(q|k|v|o)_proj$", "re:.*linear_attn.(in_proj_qkvz|out_proj)$", "lm_head"])
+    qconf = ct_config(
+        ["re:.*mlp.*(gate|up|down)_proj$"],
+        ["re:.*self_attn.(q|k|v|o)_proj$", "re:.*linear_attn.(in_proj_qkvz|out_proj)$", "lm_head"],
+    )
     report = {"tool": "tiny-nvfp4", "base": str(base.dir)}
     job.finish(dict(base.config) | {"quantization_config": qconf}, base.dir, report)
     return report

@@ -12,8 +12,8 @@ weight ``W0 [N, K]`` maps to ``W = R·diag(1/cs)·W0^T`` (:func:`to_rotated`) an
 from __future__ import annotations
 
 import torch
-from radiance_kernels.formats import awq, rotation
 
+from radiance_kernels.formats import awq, rotation
 from radiance_quant.io import Checkpoint, CheckpointError
 
 GROUP = 128
@@ -25,8 +25,9 @@ def to_rotated(w0: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor, cs: t
     """Base weight W0 [N, K] -> rotated frame W^T [N, K] = (W0 / cs) @ R^T, fp64, in row chunks."""
     ones = torch.ones_like(cs)
     csd = cs.to(torch.float64).reshape(-1)
-    return torch.cat([rotation.rotate(c.to(torch.float64) / csd, pairs, theta, ones, torch.float64)
-                      for c in w0.split(ROW_CHUNK)])
+    return torch.cat(
+        [rotation.rotate(c.to(torch.float64) / csd, pairs, theta, ones, torch.float64) for c in w0.split(ROW_CHUNK)]
+    )
 
 
 def from_rotated(wt: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
@@ -34,8 +35,9 @@ def from_rotated(wt: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor, cs:
     ones = torch.ones_like(cs)
     inv_p, inv_t = pairs.flip(0), (-theta).flip(0)
     csd = cs.to(torch.float64).reshape(-1)
-    return torch.cat([rotation.rotate(c.to(torch.float64), inv_p, inv_t, ones, torch.float64) * csd
-                      for c in wt.split(ROW_CHUNK)])
+    return torch.cat(
+        [rotation.rotate(c.to(torch.float64), inv_p, inv_t, ones, torch.float64) * csd for c in wt.split(ROW_CHUNK)]
+    )
 
 
 def quant_config(ck: Checkpoint) -> dict:
@@ -73,24 +75,31 @@ def read_linear(ck: Checkpoint, prefix: str, bits: int, krot: int) -> dict[str, 
         raise CheckpointError(f"{ck.file_of(prefix + '.scales')}: tensor {prefix}.scales/qweight must be 2-D")
     K, N = qsh[0], ssh[1]
     if K % GROUP or N % 8:
-        raise CheckpointError(f"{ck.file_of(prefix + '.qweight')}: tensor {prefix}.qweight: K={K} must be a "
-                              f"multiple of {GROUP} and N={N} of 8")
+        raise CheckpointError(
+            f"{ck.file_of(prefix + '.qweight')}: tensor {prefix}.qweight: K={K} must be a "
+            f"multiple of {GROUP} and N={N} of 8"
+        )
     expect = {
-        "qweight": (torch.int32, (K, N // 8)), "qzeros": (torch.int32, (K // GROUP, N // 8)),
-        "scales": (torch.float16, (K // GROUP, N)), "theta": (torch.float16, (krot, K // 2)),
-        "pairs": (torch.int16, (krot, K)), "channel_scales": (torch.float16, (1, K)),
+        "qweight": (torch.int32, (K, N // 8)),
+        "qzeros": (torch.int32, (K // GROUP, N // 8)),
+        "scales": (torch.float16, (K // GROUP, N)),
+        "theta": (torch.float16, (krot, K // 2)),
+        "pairs": (torch.int16, (krot, K)),
+        "channel_scales": (torch.float16, (1, K)),
     }
     hi = [f"{prefix}.qweight_hi", f"{prefix}.qzeros_hi"]
     if bits == 5:
         expect |= {"qweight_hi": (torch.int32, (K, N // 32)), "qzeros_hi": (torch.int32, (K // GROUP, N // 32))}
     elif any(h in ck for h in hi):
-        raise CheckpointError(f"{ck.file_of(prefix + '.qweight')}: tensor {prefix}.qweight_hi present but "
-                              "quantization_config.bits is 4")
+        raise CheckpointError(
+            f"{ck.file_of(prefix + '.qweight')}: tensor {prefix}.qweight_hi present but quantization_config.bits is 4"
+        )
     return {k: ck.get(f"{prefix}.{k}", dt, sh) for k, (dt, sh) in expect.items()}
 
 
-def check_linear(ck: Checkpoint, prefix: str, t: dict[str, torch.Tensor], bits: int, rng: torch.Generator,
-                 base: Checkpoint | None) -> dict:
+def check_linear(
+    ck: Checkpoint, prefix: str, t: dict[str, torch.Tensor], bits: int, rng: torch.Generator, base: Checkpoint | None
+) -> dict:
     """Value checks of one linear; returns its figures (raises naming the tensor on the first failure)."""
     file = ck.file_of(f"{prefix}.qweight")
     try:
@@ -99,8 +108,10 @@ def check_linear(ck: Checkpoint, prefix: str, t: dict[str, torch.Tensor], bits: 
         raise CheckpointError(f"{file}: {e}") from None
     s = t["scales"].float()
     if not torch.isfinite(s).all() or (s <= 0).any():
-        raise CheckpointError(f"{file}: tensor {prefix}.scales: {int((~torch.isfinite(s) | (s <= 0)).sum())} "
-                              "non-finite or non-positive scales")
+        raise CheckpointError(
+            f"{file}: tensor {prefix}.scales: {int((~torch.isfinite(s) | (s <= 0)).sum())} "
+            "non-finite or non-positive scales"
+        )
     codes, zeros, scales, got_bits = awq.from_checkpoint(t)
     qmax = 2**bits - 1
     if got_bits != bits or int(codes.max()) > qmax or int(zeros.max()) > qmax:
@@ -110,9 +121,16 @@ def check_linear(ck: Checkpoint, prefix: str, t: dict[str, torch.Tensor], bits: 
     # inference identity: Givens layers (fp64) vs the dense block-diagonal R, through the weight
     x = torch.randn(4, K, generator=rng, dtype=torch.float64)
     xs = x * t["channel_scales"].to(torch.float64)
-    dense = torch.cat([xs[:, g * GROUP:(g + 1) * GROUP] @ rotation.dense_matrix(
-        t["pairs"][:, g * GROUP:(g + 1) * GROUP], t["theta"][:, g * GROUP // 2:(g + 1) * GROUP // 2]).T
-        for g in range(K // GROUP)], dim=1)
+    dense = torch.cat(
+        [
+            xs[:, g * GROUP : (g + 1) * GROUP]
+            @ rotation.dense_matrix(
+                t["pairs"][:, g * GROUP : (g + 1) * GROUP], t["theta"][:, g * GROUP // 2 : (g + 1) * GROUP // 2]
+            ).T
+            for g in range(K // GROUP)
+        ],
+        dim=1,
+    )
     givens = rotation.rotate(x, t["pairs"], t["theta"], t["channel_scales"], torch.float64)
     cols = w[:, :256]
     y_ref = dense @ cols
@@ -127,8 +145,10 @@ def check_linear(ck: Checkpoint, prefix: str, t: dict[str, torch.Tensor], bits: 
         rel = float((back - w0).norm() / w0.norm())
         fig["base_rel_rms"] = rel
         if not rel < 0.3:
-            raise CheckpointError(f"{file}: tensor {prefix}.qweight: dequantised weight is {rel:.3f} relRMS from "
-                                  f"{base.file_of(name)} (nibble order or rotation wrong?)")
+            raise CheckpointError(
+                f"{file}: tensor {prefix}.qweight: dequantised weight is {rel:.3f} relRMS from "
+                f"{base.file_of(name)} (nibble order or rotation wrong?)"
+            )
     return fig
 
 
@@ -155,8 +175,13 @@ def verify(path, base=None, seed: int = 0) -> dict:
     if problems:
         raise CheckpointError(f"{len(problems)} of {len(mods)} quantized linears failed:\n" + "\n".join(problems))
     worst = max(f["identity_rel"] for f in figures.values())
-    report = {"checkpoint": str(ck.dir), "quantization_config": qc, "linears": figures,
-              "unquantized": unquantized(ck), "max_identity_rel": worst}
+    report = {
+        "checkpoint": str(ck.dir),
+        "quantization_config": qc,
+        "linears": figures,
+        "unquantized": unquantized(ck),
+        "max_identity_rel": worst,
+    }
     if base is not None:
         report["max_base_rel_rms"] = max(f["base_rel_rms"] for f in figures.values())
     return report

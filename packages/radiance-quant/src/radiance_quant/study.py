@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 import torch
-from radiance_kernels.formats import awq, mx
 
+from radiance_kernels.formats import awq, mx
 from radiance_quant.build import dequant_tensors, quant_tensors
 from radiance_quant.io import Checkpoint, CheckpointError
 from radiance_quant.nvfp4 import dequantize_module
@@ -80,16 +80,23 @@ def study(reference, others: dict[str, str], direct_formats: tuple[str, ...] = (
         rows[m] = {}
         for label, w in cands.items():
             if w.shape != w0.shape:
-                raise CheckpointError(f"{cks[label].dir if label in cks else ref.dir}: module {m}: shape "
-                                      f"{list(w.shape)} != reference {list(w0.shape)}")
+                raise CheckpointError(
+                    f"{cks[label].dir if label in cks else ref.dir}: module {m}: shape "
+                    f"{list(w.shape)} != reference {list(w0.shape)}"
+                )
             rel = float((w - w0).norm() / w0.norm().clamp(min=1e-300))
             rows[m][label] = rel
             acc = sums.setdefault(label, [0.0, 0.0])
             acc[0] += float((w - w0).norm()) ** 2
             acc[1] += float(w0.norm()) ** 2
     summary = {label: {"rel_rms": math.sqrt(e / r), "db": db(math.sqrt(e / r))} for label, (e, r) in sums.items()}
-    return {"reference": str(ref.dir), "others": {k: str(v) for k, v in others.items()},
-            "direct": list(direct_formats), "per_tensor": rows, "overall": summary}
+    return {
+        "reference": str(ref.dir),
+        "others": {k: str(v) for k, v in others.items()},
+        "direct": list(direct_formats),
+        "per_tensor": rows,
+        "overall": summary,
+    }
 
 
 def db(rel: float) -> float:
@@ -102,6 +109,8 @@ def table(report: dict) -> str:
     lines = ["tensor\t" + "\t".join(labels)]
     for m, row in report["per_tensor"].items():
         lines.append(m + "\t" + "\t".join(f"{row[lb]:.4f} ({db(row[lb]):.1f} dB)" for lb in labels))
-    lines.append("OVERALL\t" + "\t".join(f"{report['overall'][lb]['rel_rms']:.4f} ({report['overall'][lb]['db']:.1f} dB)"
-                                         for lb in labels))
+    lines.append(
+        "OVERALL\t"
+        + "\t".join(f"{report['overall'][lb]['rel_rms']:.4f} ({report['overall'][lb]['db']:.1f} dB)" for lb in labels)
+    )
     return "\n".join(lines)

@@ -96,9 +96,7 @@ def _train(model: torch.nn.Module, ids: torch.Tensor, steps: int, seed: int) -> 
     model.eval()
 
 
-def build_tiny_qwen3(
-    out_dir: str | Path, seed: int = 0, dtype: str = "float32", train_steps: int = 200
-) -> Path:
+def build_tiny_qwen3(out_dir: str | Path, seed: int = 0, dtype: str = "float32", train_steps: int = 200) -> Path:
     """Tiny Qwen3 (vocab 512, hidden 128, 2 layers, 4 q / 2 kv heads, head_dim 32, MLP 256) + tokenizer."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -165,8 +163,9 @@ def build_tiny_qwen3_next(out_dir: str | Path, seed: int = 0) -> Path:
     return out
 
 
-def build_tiny_checkpoint(out_dir: str | Path, kind: str, seed: int = 0, dtype: str = "float32",
-                          train_steps: int = 200) -> Path:
+def build_tiny_checkpoint(
+    out_dir: str | Path, kind: str, seed: int = 0, dtype: str = "float32", train_steps: int = 200
+) -> Path:
     """Tiny checkpoint of a quantized format from the tiny Qwen3 of `seed`, random rotations of `seed`.
 
     kind: paroquant-int4 | paroquant-int5 | paroquant-mxfp4 | nvfp4 | nvfp4-mxfp4.
@@ -189,8 +188,9 @@ def build_tiny_checkpoint(out_dir: str | Path, kind: str, seed: int = 0, dtype: 
     return Path(out_dir)
 
 
-def build_synthetic(out_dir: str | Path, layers: int = 8, hidden: int = 512, intermediate: int = 1024,
-                    shards: int = 4, seed: int = 0) -> Path:
+def build_synthetic(
+    out_dir: str | Path, layers: int = 8, hidden: int = 512, intermediate: int = 1024, shards: int = 4, seed: int = 0
+) -> Path:
     """A sharded bf16 Qwen3-shaped checkpoint of random weights (no model object, one layer in memory at
     a time): for streaming/RSS tests at sizes beyond the tiny model. Heads of 128, 2 kv heads."""
     from safetensors.torch import save_file
@@ -206,16 +206,22 @@ def build_synthetic(out_dir: str | Path, layers: int = 8, hidden: int = 512, int
         return (torch.randn(*shape, generator=gen) * 0.02).to(torch.bfloat16)
 
     groups: list[dict[str, torch.Tensor]] = [{} for _ in range(shards)]
-    groups[0] |= {"model.embed_tokens.weight": w(VOCAB, hidden), "model.norm.weight": torch.ones(hidden, dtype=torch.bfloat16)}
+    groups[0] |= {
+        "model.embed_tokens.weight": w(VOCAB, hidden),
+        "model.norm.weight": torch.ones(hidden, dtype=torch.bfloat16),
+    }
     groups[-1] |= {"lm_head.weight": w(VOCAB, hidden)}
     weight_map = {}
     for s in range(shards):
         for i in range(s * layers // shards, (s + 1) * layers // shards):
             p = f"model.layers.{i}."
             groups[s] |= {
-                p + "self_attn.q_proj.weight": w(hidden, hidden), p + "self_attn.k_proj.weight": w(256, hidden),
-                p + "self_attn.v_proj.weight": w(256, hidden), p + "self_attn.o_proj.weight": w(hidden, hidden),
-                p + "mlp.gate_proj.weight": w(intermediate, hidden), p + "mlp.up_proj.weight": w(intermediate, hidden),
+                p + "self_attn.q_proj.weight": w(hidden, hidden),
+                p + "self_attn.k_proj.weight": w(256, hidden),
+                p + "self_attn.v_proj.weight": w(256, hidden),
+                p + "self_attn.o_proj.weight": w(hidden, hidden),
+                p + "mlp.gate_proj.weight": w(intermediate, hidden),
+                p + "mlp.up_proj.weight": w(intermediate, hidden),
                 p + "mlp.down_proj.weight": w(hidden, intermediate),
                 p + "input_layernorm.weight": torch.ones(hidden, dtype=torch.bfloat16),
                 p + "post_attention_layernorm.weight": torch.ones(hidden, dtype=torch.bfloat16),
@@ -225,9 +231,20 @@ def build_synthetic(out_dir: str | Path, layers: int = 8, hidden: int = 512, int
         weight_map |= {k: name for k in groups[s]}
         groups[s] = {}
     write_json(out / INDEX, {"metadata": {}, "weight_map": dict(sorted(weight_map.items()))})
-    config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": VOCAB,
-              "hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": layers,
-              "num_attention_heads": heads, "num_key_value_heads": 2, "head_dim": 128, "dtype": "bfloat16",
-              "tie_word_embeddings": False, "rms_norm_eps": 1e-6, "max_position_embeddings": 1024}
+    config = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": VOCAB,
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "dtype": "bfloat16",
+        "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 1024,
+    }
     write_json(out / "config.json", config)
     return out

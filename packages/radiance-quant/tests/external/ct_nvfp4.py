@@ -31,26 +31,42 @@ def main() -> None:
     for scheme in ("NVFP4", "MXFP4"):
         out = work / f"ct_{scheme}"
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-        oneshot(model=model, tokenizer=AutoTokenizer.from_pretrained(base), dataset=ds,
-                recipe=QuantizationModifier(targets="Linear", scheme=scheme, ignore=["lm_head"]),
-                num_calibration_samples=8, max_seq_length=64, output_dir=str(out), pipeline="basic")
+        oneshot(
+            model=model,
+            tokenizer=AutoTokenizer.from_pretrained(base),
+            dataset=ds,
+            recipe=QuantizationModifier(targets="Linear", scheme=scheme, ignore=["lm_head"]),
+            num_calibration_samples=8,
+            max_seq_length=64,
+            output_dir=str(out),
+            pipeline="basic",
+        )
         qc = json.loads((out / "config.json").read_text())["quantization_config"]
         args = QuantizationArgs(**next(iter(qc["config_groups"].values()))["weights"])
         t = {}
         for f in out.glob("*.safetensors"):
             with safe_open(f, "pt") as fh:
-                t |= {k: fh.get_tensor(k) for k in fh.keys()}
+                t |= {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 (safe_open is not a dict)
         capture[scheme] = {}
         for name in sorted(k for k in t if k.endswith(".weight_packed")):
             m = name.removesuffix(".weight_packed")
             packed = t[name]
             q = unpack_fp4_from_uint8(packed, packed.shape[0], packed.shape[1] * 2, dtype=torch.float32)
             if scheme == "NVFP4":
-                w = dequantize(x_q=q, scale=t[f"{m}.weight_scale"].to(torch.float32), args=args,
-                               global_scale=t[f"{m}.weight_global_scale"], dtype=torch.float32)
+                w = dequantize(
+                    x_q=q,
+                    scale=t[f"{m}.weight_scale"].to(torch.float32),
+                    args=args,
+                    global_scale=t[f"{m}.weight_global_scale"],
+                    dtype=torch.float32,
+                )
             else:
-                w = dequantize(x_q=q, scale=decompress_mx_scale(t[f"{m}.weight_scale"]).to(torch.float32), args=args,
-                               dtype=torch.float32)
+                w = dequantize(
+                    x_q=q,
+                    scale=decompress_mx_scale(t[f"{m}.weight_scale"]).to(torch.float32),
+                    args=args,
+                    dtype=torch.float32,
+                )
             capture[scheme][m] = w
     torch.save(capture, work / "ct_capture.pt")
     print(f"ct: {', '.join(f'{k} {len(v)} linears' for k, v in capture.items())}")

@@ -11,14 +11,18 @@ after the channel scale and after every layer, as their fp16 path does.
 import sys
 import types
 from pathlib import Path
-from typing import Optional
 
 import torch
 
 
 @torch.library.custom_op("rotation::rotate", mutates_args=())
-def rotate(x: torch.Tensor, idx_ij: torch.Tensor, theta: torch.Tensor, scales: Optional[torch.Tensor] = None,
-           group_size: int = 128) -> torch.Tensor:
+def rotate(
+    x: torch.Tensor,
+    idx_ij: torch.Tensor,
+    theta: torch.Tensor,
+    scales: torch.Tensor | None = None,
+    group_size: int = 128,
+) -> torch.Tensor:
     dt, K = x.dtype, x.shape[-1]
     y = x.reshape(-1, K)
     if scales is not None:
@@ -60,14 +64,22 @@ def optimize_results(base: Path, res: Path) -> list[str]:
         for name, lin in get_named_linears(layer).items():
             w = lin.weight.data
             N, K = w.shape
-            pairs = torch.stack([torch.cat([torch.randperm(128, generator=gen) for _ in range(K // 128)]) for _ in range(8)])
+            pairs = torch.stack(
+                [torch.cat([torch.randperm(128, generator=gen) for _ in range(K // 128)]) for _ in range(8)]
+            )
             theta = ((torch.rand(8, K // 2, generator=gen) * 2 - 1) * 3.14).half().float()  # fp16-exact angles
             cs = torch.exp2(torch.randint(-1, 2, (1, K), generator=gen).float())  # exact inverse in fp16
             rot = torch.ops.rotation.rotate(w.float() * cs, pairs.to(torch.int16), theta, None, 128).reshape(-1, 128)
             lo, hi = rot.amin(1, keepdim=True), rot.amax(1, keepdim=True)
             s = ((hi - lo) / 15).clamp(min=1e-5).half().float()
-            sd = {"weight": w, "channel_scales": cs, "quantizer.scale": s, "quantizer.zero_point_float": lo / s,
-                  "n_bits": 4, "group_size": 128}
+            sd = {
+                "weight": w,
+                "channel_scales": cs,
+                "quantizer.scale": s,
+                "quantizer.zero_point_float": lo / s,
+                "n_bits": 4,
+                "group_size": 128,
+            }
             sd |= {f"pairs_grouped.{r}": pairs[r].to(torch.int16) for r in range(8)}
             sd |= {f"angles_grouped.{r}": theta[r] for r in range(8)}
             torch.save(sd, res / f"{li}.{name}.pt")
@@ -89,21 +101,37 @@ def main() -> None:
     convert._quantize_rotated_weight = capture
     convert._quantize_layer = lambda sd, device: real_layer(sd, device="cpu")
     torch.cuda.is_available = lambda: True  # their CLI refuses to start without CUDA; everything here runs on CPU
-    sys.argv = ["convert", "--model", str(base), "--result-dir", str(work / "results"), "--output-path", str(work / "zlab")]
+    sys.argv = [
+        "convert",
+        "--model",
+        str(base),
+        "--result-dir",
+        str(work / "results"),
+        "--output-path",
+        str(work / "zlab"),
+    ]
     convert.main()
 
     tensors = {}
     for f in (work / "zlab").glob("*.safetensors"):
         with safe_open(f, "pt") as fh:
-            tensors |= {k: fh.get_tensor(k) for k in fh.keys()}
+            tensors |= {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 (safe_open is not a dict)
     out, gen = {}, torch.Generator().manual_seed(1)
     for prefix, (codes, scales, zeros) in zip(order, captured, strict=True):
         N, K = codes.shape
         lin = RotateQuantizedLinear(K, N, group_size=128, bits=4, krot=8)
-        lin.load_state_dict({k: tensors[f"{prefix}.{k}"] for k in ("theta", "pairs", "channel_scales", "qweight", "qzeros", "scales")})
+        lin.load_state_dict(
+            {k: tensors[f"{prefix}.{k}"] for k in ("theta", "pairs", "channel_scales", "qweight", "qzeros", "scales")}
+        )
         x = torch.randn(3, K, generator=gen).half()
-        out[prefix] = {"codes": codes, "scales": scales, "zeros": zeros, "x": x, "y": lin(x).reshape(3, N),
-                       "w_deq": dequantize_gemm(lin.qweight, lin.qzeros, lin.scales, 4, 128)}
+        out[prefix] = {
+            "codes": codes,
+            "scales": scales,
+            "zeros": zeros,
+            "x": x,
+            "y": lin(x).reshape(3, N),
+            "w_deq": dequantize_gemm(lin.qweight, lin.qzeros, lin.scales, 4, 128),
+        }
     torch.save(out, work / "zlab_capture.pt")
     print(f"zlab: {len(out)} linears converted and captured")
 
