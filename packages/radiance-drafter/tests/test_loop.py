@@ -29,7 +29,7 @@ def loop(tiny_target, prompts, tmp_path_factory):
     train_p, held_p = split_heldout(prompts, 24, seed=0)
     capture(round_robin(train_p)[:96], tiny_target, work / "cap-train", (0, 1), SAMPLING, shard_size=32)
     capture(held_p, tiny_target, work / "cap-heldout", (0, 1), SAMPLING, shard_size=32)
-    cfg = drafter_config_for_target(tiny_target, num_layers=1, target_layer_ids=(0, 1), block_size=8,
+    cfg = drafter_config_for_target(tiny_target, num_layers=2, target_layer_ids=(0, 1), block_size=8,
                                     mask_token_id=0, num_key_value_heads=4)
     save_drafter(DFlashDrafter(cfg).init_weights(0), work / "init")
     summary = train(work / "init", work / "cap-train", tiny_target, work / "run", TRAIN)
@@ -48,7 +48,7 @@ def test_trained_drafter_beats_untrained_on_heldout(loop):
           f"trained {trained:.4f} over {proxies['trained']['blocks']} blocks; final loss {summary['final_loss']:.3f}")
     assert summary["finished"]
     assert set(proxies["trained"]["per_source"]) == {"arithmetic", "code", "prose"}
-    assert trained >= 0.04 and trained >= 10 * max(untrained, 1e-3)
+    assert trained >= 0.5 and trained >= 10 * max(untrained, 1e-3)
     loss = json.loads((work / "run" / "loss.json").read_text())["loss"]
     assert sum(loss[-10:]) / 10 < sum(loss[:10]) / 10 - 1.0
     assert (work / "run" / "loss.png").exists()
@@ -65,7 +65,7 @@ def test_checkpoints_load_in_vllms_dflash_loader(loop, monkeypatch):
         r = check_vllm_load(d, target)
         assert r["model_class"].endswith("qwen3_dflash.DFlashQwen3ForCausalLM")
         assert r["vllm_aux_layers"] == [1, 2]  # target_layer_ids (0, 1) -> vLLM taps the outputs of layers 0, 1
-        assert r["checkpoint_tensors"] == 14
+        assert r["checkpoint_tensors"] == 25
     with safe_open(str(work / "bf16" / "model.safetensors"), framework="pt") as f:
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}  # noqa: SIM118
 

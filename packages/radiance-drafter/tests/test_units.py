@@ -119,3 +119,20 @@ def test_promote_rule_refuses_small_evaluations_and_counts_sources():
     assert compare(base, _result({"chat": 2.0, "code": 2.0, "math": 5.5}, 60_000))["verdict"] == "keep-baseline"
     other = {**cand, "sampling": {"temperature": 0.0}}
     assert compare(base, other)["verdict"] == "refused"
+
+
+def test_incompatible_drafter_capture_or_target_is_named():
+    from types import SimpleNamespace
+
+    from radiance_drafter.model import TargetHeads
+    from radiance_drafter.train import check_compatible
+
+    drafter = DFlashDrafter(CFG)
+    heads = TargetHeads(torch.zeros(512, 128), torch.zeros(512, 128))
+    sample = SimpleNamespace(feats=torch.zeros(5, 256))
+    ok = type("D", (), {"layer_ids": (0, 1), "dir": "cap", "__len__": lambda s: 1, "__getitem__": lambda s, i: sample})
+    check_compatible(drafter, heads, ok())
+    with pytest.raises(ValueError, match="capture cap has"):
+        check_compatible(drafter, heads, type("D", (ok,), {"layer_ids": (1,)})())
+    with pytest.raises(ValueError, match="target embedding"):
+        check_compatible(drafter, TargetHeads(torch.zeros(256, 128), torch.zeros(256, 128)), ok())

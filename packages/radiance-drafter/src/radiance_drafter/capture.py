@@ -131,6 +131,3 @@ class CaptureSet:
 
     def __iter__(self) -> Iterator[Sample]:
         return (self[i] for i in range(len(self)))
-
-    def completion_tokens(self) -> int:
-        return sum(s["n_tokens"] - s["n_prompt"] for _, s in self.samples)

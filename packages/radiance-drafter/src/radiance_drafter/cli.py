@@ -38,7 +38,7 @@ def _save(result: dict, out: Path | None) -> None:
 
 
 @app.command()
-def init(target: Path, out: Path, layers: int = typer.Option(1, help="drafter decoder layers"),
+def init(target: Path, out: Path, layers: int = typer.Option(2, help="drafter decoder layers"),
          taps: int = typer.Option(5, help="number of target layers to tap (evenly spaced)"),
          layer_ids: str = typer.Option(None, help="explicit tapped target layers, e.g. 1,16,31"),
          block_size: int = 8, mask_token_id: int = typer.Option(..., help="token id filling the masked slots"),

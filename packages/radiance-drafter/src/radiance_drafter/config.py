@@ -11,7 +11,7 @@ not in the checkpoint), so ``hidden_size`` and ``vocab_size`` equal the target's
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 ARCHITECTURE = "DFlashDraftModel"
@@ -100,9 +100,6 @@ class DrafterConfig:
     def load(cls, path: str | Path) -> DrafterConfig:
         p = Path(path)
         return cls.from_hf(json.loads((p / "config.json" if p.is_dir() else p).read_text()))
-
-    def asdict(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
 
 
 def spread_layer_ids(num_target_layers: int, num_features: int) -> tuple[int, ...]:

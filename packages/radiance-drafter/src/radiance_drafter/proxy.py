@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from radiance_drafter.capture import CaptureSet
 from radiance_drafter.model import DFlashDrafter, TargetHeads
-from radiance_drafter.train import forward_blocks
+from radiance_drafter.train import check_compatible, forward_blocks
 
 
 def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -31,6 +31,7 @@ def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 def offline_proxy(drafter: DFlashDrafter, heads: TargetHeads, data: CaptureSet, temperature: float,
                   stride: int = 1, blocks_per_forward: int = 64, device: str = "cpu") -> dict:
     """Prefix-expected acceptance overall and per source (see module docstring)."""
+    check_compatible(drafter, heads, data)
     k = drafter.cfg.num_draft_tokens
     drafter.eval()
     acc: dict[str, dict] = defaultdict(lambda: {"blocks": 0, "accepted": 0.0, "tokens": 0,

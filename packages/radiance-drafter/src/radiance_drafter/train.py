@@ -64,6 +64,20 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
+def check_compatible(drafter: DFlashDrafter, heads: TargetHeads, data: CaptureSet) -> None:
+    """The drafter, the target's heads and the capture must agree on taps, width and vocabulary."""
+    cfg = drafter.cfg
+    if tuple(cfg.target_layer_ids) != data.layer_ids:
+        raise ValueError(f"drafter taps layers {list(cfg.target_layer_ids)}, "
+                         f"capture {data.dir} has {list(data.layer_ids)}")
+    if tuple(heads.embed.shape) != (cfg.vocab_size, cfg.hidden_size) or heads.lm_head.shape != heads.embed.shape:
+        raise ValueError(f"target embedding {tuple(heads.embed.shape)} / lm_head {tuple(heads.lm_head.shape)} do not "
+                         f"match the drafter's [vocab {cfg.vocab_size}, hidden {cfg.hidden_size}]")
+    if len(data) and data[0].feats.shape[1] != cfg.num_features * cfg.hidden_size:
+        raise ValueError(f"capture {data.dir} features are {data[0].feats.shape[1]} wide, the drafter's fc reads "
+                         f"{cfg.num_features} x {cfg.hidden_size}")
+
+
 def forward_blocks(drafter: DFlashDrafter, heads: TargetHeads, samples: list[Sample], anchors: list[torch.Tensor],
                    device: str):
     """Drafter logits [B, Q, V] for the blocks at ``anchors`` of ``samples`` (padded batch) and the blocks."""
@@ -86,9 +100,8 @@ def train(init_dir: str | Path, capture_dir: str | Path, target_dir: str | Path,
     data = CaptureSet(capture_dir)
     dtype = DTYPES[cfg.dtype]
     drafter = load_drafter(init_dir, dtype).to(cfg.device)
-    if tuple(drafter.cfg.target_layer_ids) != data.layer_ids:
-        raise ValueError(f"drafter taps layers {drafter.cfg.target_layer_ids}, capture has {data.layer_ids}")
     heads = TargetHeads.from_target(target_dir, dtype).to(cfg.device)
+    check_compatible(drafter, heads, data)
     opt = MasterAdamW(drafter.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                       state_device="cpu" if cfg.offload_optimizer else None)
     settings = {"train": asdict(cfg), "init": str(init_dir), "capture": str(capture_dir), "target": str(target_dir)}
