@@ -23,7 +23,7 @@ import torch
 
 from radiance_kernels.formats import awq, mx, rotation
 from radiance_quant.io import Checkpoint, CheckpointError, Job, run_units, units
-from radiance_quant.paroquant import GROUP, ROW_CHUNK, linears, quant_config, to_rotated
+from radiance_quant.paroquant import GROUP, linears, quant_config, row_chunk, to_rotated
 
 FORMATS = ("int4", "int5", "mxfp4")
 KROT = 8
@@ -128,7 +128,7 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
             N, K = w0.shape
             pairs, theta, cs = records(m, K)
             parts, err2, ref2 = [], 0.0, 0.0
-            for rows in w0.split(ROW_CHUNK):  # rows are independent in every format: bounded temporaries
+            for rows in w0.split(row_chunk(K)):  # rows are independent in every format: bounded temporaries
                 wt = to_rotated(rows, pairs, theta, cs)
                 parts.append(quant_tensors(wt, fmt, pow2, rule))
                 err2 += float((dequant_tensors(parts[-1]) - wt).norm()) ** 2

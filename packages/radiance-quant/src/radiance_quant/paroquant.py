@@ -18,16 +18,20 @@ from radiance_quant.io import Checkpoint, CheckpointError
 
 GROUP = 128
 QUANT_TENSORS = ("qweight", "qzeros", "scales", "theta", "pairs", "channel_scales")
-ROW_CHUNK = 512
+CHUNK_ELEMS = 1 << 20  # fp64 temporaries of the row-chunked paths stay ~8 MB each
+
+
+def row_chunk(K: int) -> int:
+    """Rows per chunk for input width K: a multiple of 32 (int5 bit planes), >= 32."""
+    return max(32, CHUNK_ELEMS // K // 32 * 32)
 
 
 def to_rotated(w0: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
     """Base weight W0 [N, K] -> rotated frame W^T [N, K] = (W0 / cs) @ R^T, fp64, in row chunks."""
     ones = torch.ones_like(cs)
     csd = cs.to(torch.float64).reshape(-1)
-    return torch.cat(
-        [rotation.rotate(c.to(torch.float64) / csd, pairs, theta, ones, torch.float64) for c in w0.split(ROW_CHUNK)]
-    )
+    chunks = w0.split(row_chunk(w0.shape[1]))
+    return torch.cat([rotation.rotate(c.to(torch.float64) / csd, pairs, theta, ones, torch.float64) for c in chunks])
 
 
 def from_rotated(wt: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
@@ -35,9 +39,8 @@ def from_rotated(wt: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor, cs:
     ones = torch.ones_like(cs)
     inv_p, inv_t = pairs.flip(0), (-theta).flip(0)
     csd = cs.to(torch.float64).reshape(-1)
-    return torch.cat(
-        [rotation.rotate(c.to(torch.float64), inv_p, inv_t, ones, torch.float64) * csd for c in wt.split(ROW_CHUNK)]
-    )
+    chunks = wt.split(row_chunk(wt.shape[1]))
+    return torch.cat([rotation.rotate(c.to(torch.float64), inv_p, inv_t, ones, torch.float64) * csd for c in chunks])
 
 
 def quant_config(ck: Checkpoint) -> dict:
