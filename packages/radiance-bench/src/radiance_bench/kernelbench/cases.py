@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from radiance_kernels.formats.rotation import random_rotations
 from radiance_kernels.ops.w4a8_gemm import W4Prepared, prepare_codes
 from radiance_kernels.shapes import Proj

@@ -9,7 +9,7 @@ from radiance_bench.kernelbench.timing import graph_time
 
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy, bytes read + written per second (TB/s)."""
-    src = [torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda") for _ in range(2)]
+    src = [torch.randn(nbytes // 4, device="cuda") for _ in range(2)]
     dst = [torch.empty_like(s) for s in src]
     t = graph_time([lambda i=i: dst[i].copy_(src[i]) for i in range(2)], min_calls=8)
     return 2 * nbytes / (t.best_us * 1e-6) / 1e12

@@ -16,11 +16,11 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from radiance_kernels.shapes import projections
 
 from radiance_bench.kernelbench import ceilings, peers
 from radiance_bench.kernelbench.cases import activations, w4_weight, w4a8_linear
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
+from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
 PREFILL_M = (2048, 8192)
@@ -30,6 +30,7 @@ SECTIONS = ("ceilings", "decode", "skinny", "prefill", "producer", "stack")
 def _record(results: list, section: str, kernel: str, t, **fields) -> dict:
     row = {"section": section, "kernel": kernel, **fields, **t.as_dict()}
     results.append(row)
+    print(json.dumps(row), flush=True)  # a run cut by a time limit still leaves its rows in the log
     return row
 
 
@@ -59,18 +60,20 @@ def _prologue(x, w, elem="e4m3", gran="group"):
     return torch.ops.radiance.rotate_quant(x, w.pairs, w.theta, w.cs, elem, gran, "triton")
 
 
-def decode(results: list, ceil: dict, bits_list=(4, 5)) -> None:
+def decode(results: list, ceil: dict) -> None:
+    """Decode band: the served linear (rotate+quant launch + GEMM launch) at M = 1..16, int4 everywhere,
+    int5 and the GEMM alone at M = 8; peers cuBLAS bf16 everywhere, GemLite at M = 8 on qkv / gate_up."""
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
             continue
         meta0 = {"proj": proj.name, "N": proj.N, "K": proj.K}
-        for bits in bits_list:
+        for bits in (4, 5):
             n = copies_needed(w4_weight(proj, bits, 0).nbytes)
             weights = [w4_weight(proj, bits, seed=i) for i in range(n)]
-            for M in DECODE_M:
+            for M in DECODE_M if bits == 4 else (8,):
                 x = activations(M, proj.K, seed=M)
                 variants = [("w4a8 rot+gemm", [_linear_call(x, w) for w in weights])]
-                if bits == 4:
+                if bits == 4 and M == 8:
                     variants.append(("w4a8 gemm only", [_gemm_call(w, _prologue(x, w), False) for w in weights]))
                 for label, calls in variants:
                     t = graph_time(calls)
@@ -82,9 +85,10 @@ def decode(results: list, ceil: dict, bits_list=(4, 5)) -> None:
             meta, fl = {**meta0, "M": M}, 2 * M * proj.N * proj.K
             _peer(results, "decode", "cuBLAS bf16", partial(peers.cublas_bf16, M, proj.N, proj.K), fl,
                   proj.N * proj.K * 2, **meta)
-            for kind in ("A16W4", "A8W4"):
-                _peer(results, "decode", f"GemLite {kind}", partial(peers.gemlite, kind, M, proj.N, proj.K), fl,
-                      proj.N * proj.K // 2 + proj.N * proj.K // 128 * 4, **meta)
+            if M == 8 and proj.name in ("attn.qkv", "mlp.gate_up"):
+                for kind in ("A16W4", "A8W4"):
+                    _peer(results, "decode", f"GemLite {kind}", partial(peers.gemlite, kind, M, proj.N, proj.K), fl,
+                          proj.N * proj.K // 2 + proj.N * proj.K // 128 * 4, **meta)
 
 
 def skinny(results: list, ceil: dict) -> None:
@@ -100,24 +104,26 @@ def skinny(results: list, ceil: dict) -> None:
         _record(results, "skinny", "cuBLAS bf16", t, **meta)
 
 
-PREFILL_VARIANTS = [("e4m3 token", 4, "e4m3", "token", False), ("e4m3 group", 4, "e4m3", "group", False),
-                    ("e4m3 token ZPE", 4, "e4m3", "token", True), ("int8 group ZPE", 4, "int8", "group", True),
-                    ("e4m3 token", 5, "e4m3", "token", False), ("int8 group ZPE", 5, "int8", "group", True)]
+PREFILL_VARIANTS = [("e4m3 token", 4, "e4m3", "token", False), ("int8 group ZPE", 4, "int8", "group", True),
+                    ("e4m3 token", 5, "e4m3", "token", False)]
 
 
 def prefill(results: list, ceil: dict) -> None:
+    """Prefill band at M = 2048 on every shape (+ M = 8192 on gate_up): the GEMM alone and with its
+    prologue, against ``_scaled_mm`` fp8 and cuBLAS bf16 at the same (M, N, K); GemLite on gate_up."""
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
             continue
-        for M in PREFILL_M:
+        for M in PREFILL_M if proj.name == "mlp.gate_up" else PREFILL_M[:1]:
             fl = 2 * M * proj.N * proj.K
             meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
             ref = _peer(results, "prefill", "_scaled_mm fp8", partial(peers.scaled_mm_fp8, M, proj.N, proj.K), fl,
                         proj.N * proj.K, **meta)
             _peer(results, "prefill", "cuBLAS bf16", partial(peers.cublas_bf16, M, proj.N, proj.K), fl,
                   proj.N * proj.K * 2, **meta)
-            _peer(results, "prefill", "GemLite A8W4", partial(peers.gemlite, "A8W4", M, proj.N, proj.K), fl,
-                  proj.N * proj.K // 2, **meta)
+            if proj.name == "mlp.gate_up" and PREFILL_M[0] == M:
+                _peer(results, "prefill", "GemLite A8W4", partial(peers.gemlite, "A8W4", M, proj.N, proj.K), fl,
+                      proj.N * proj.K // 2, **meta)
             x = activations(M, proj.K, seed=M)
             for label, bits, elem, gran, zpe in PREFILL_VARIANTS:
                 w = w4_weight(proj, bits, seed=0)
@@ -183,7 +189,7 @@ def main(argv=None) -> int:
         except Exception as exc:  # noqa: BLE001 - keep the other sections' figures
             traceback.print_exc()
             results.append({"section": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
-        (args.out / "kernelbench.json").write_text(json.dumps({"meta": meta, "ceilings": ceil,
+        (args.out / f"kb-{'-'.join(args.sections)}.json").write_text(json.dumps({"meta": meta, "ceilings": ceil,
                                                               "results": results}, indent=1))
         print(f"section {name} done ({len(results)} rows)", flush=True)
     from radiance_bench.kernelbench.report import table
