@@ -1,4 +1,4 @@
-"""What a checkpoint directory stores, from the safetensors headers only (no tensor data is read)."""
+"""What a checkpoint directory stores: the safetensors headers, and a few named tensors by memory map."""
 
 from __future__ import annotations
 
@@ -30,6 +30,18 @@ def tensor_headers(model_dir: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         for name, meta in header.items():
             if name != "__metadata__":
                 out[name] = (meta["dtype"], tuple(meta["shape"]))
+    return out
+
+
+def load_tensors(model_dir: Path, names: set[str]) -> dict:
+    """The named tensors (those present), read through safetensors' memory map."""
+    from safetensors import safe_open
+
+    out = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(f, framework="pt") as fh:
+            for name in names.intersection(fh.keys()):
+                out[name] = fh.get_tensor(name)
     return out
 
 

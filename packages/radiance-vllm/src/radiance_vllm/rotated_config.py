@@ -17,6 +17,7 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from radiance_vllm.checkpoint_scan import modules_with, resolve_model_dir, tensor_headers
 from radiance_vllm.compile_key import stamp
 from radiance_vllm.param_loading import CheckpointError, checkpoint_modules
+from radiance_vllm.rotation_params import validate_checkpoint_rotations
 
 
 class RotatedQuantConfig(QuantizationConfig):
@@ -48,10 +49,13 @@ class RotatedQuantConfig(QuantizationConfig):
         return value
 
     def maybe_update_config(self, model_name: str, hf_config=None, revision=None) -> None:
-        self.quantized_modules = modules_with(tensor_headers(resolve_model_dir(model_name)), self.weight_tensor)
+        """Find the quantized modules and validate their rotation records, before any engine starts."""
+        model_dir = resolve_model_dir(model_name)
+        self.quantized_modules = modules_with(tensor_headers(model_dir), self.weight_tensor)
         if not self.quantized_modules:
             raise CheckpointError(f"{model_name}: quant_method {self.get_name()!r} but no module stores "
                                   f"a {self.weight_tensor!r} tensor")
+        validate_checkpoint_rotations(model_dir, self.quantized_modules)
 
     def apply_vllm_mapper(self, hf_to_vllm_mapper) -> None:
         if self.quantized_modules is not None:

@@ -18,6 +18,26 @@ MAX_RUNS = 3
 FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 
+ROTATION_TENSORS = ("pairs", "theta", "channel_scales")
+
+
+def validate_checkpoint_rotations(model_dir, modules) -> None:
+    """Check every module's rotation records in the checkpoint before any engine starts (they are small)."""
+    from radiance_kernels.formats.rotation import validate_rotation
+    from radiance_vllm.checkpoint_scan import load_tensors
+
+    tensors = load_tensors(model_dir, {f"{m}.{k}" for m in modules for k in ROTATION_TENSORS})
+    for m in sorted(modules):
+        missing = [f"{m}.{k}" for k in ROTATION_TENSORS if f"{m}.{k}" not in tensors]
+        if missing:
+            raise CheckpointError(f"{model_dir}: missing rotation tensor(s) {missing}")
+        try:
+            validate_rotation(*(tensors[f"{m}.{k}"] for k in ROTATION_TENSORS),
+                              name=f"{m}.{{pairs,theta,channel_scales}}")
+        except ValueError as exc:
+            raise CheckpointError(str(exc)) from None
+
+
 def create_rotation_params(layer: torch.nn.Module, k: int, n_partitions: int, krot: int) -> None:
     P = n_partitions
     add_param(layer, "pairs", (P, krot, k), torch.int16, partition_loader(layer, "pairs", (torch.int16,)))
