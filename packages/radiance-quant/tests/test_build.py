@@ -64,6 +64,8 @@ def test_mxfp4_paro(base, tmp_path):
     assert ck.spec(f"{m}.weight_packed") == (torch.uint8, (256, 64))
     assert ck.spec(f"{m}.weight_scale") == (torch.uint8, (256, 4))
     assert ck.spec(f"{m}.pairs") == (torch.int16, (8, 128)) and f"{m}.weight" not in ck
+    v = paroquant.verify(tmp_path / "m", base=base)
+    assert v["max_identity_rel"] <= 1e-12 and v["max_base_rel_rms"] < 0.2 and len(v["linears"]) == 14
     ocp = build.build(base, tmp_path / "o", "mxfp4", seed=0, rule="ocp")
     assert all(r["linears"][k]["rel_rms"] <= ocp["linears"][k]["rel_rms"] for k in r["linears"])
 

@@ -125,7 +125,7 @@ def test_truncated_shard(int4_copy):
         ({"bits": 5}, r"qweight: expected torch.int32"),  # int5 needs qweight_hi: the first missing tensor is named
         ({"krot": 4}, r"theta: expected torch.float16 \[4, 128\], got torch.float16 \[8, 128\]"),
         ({"group_size": 64}, r"group_size 128"),
-        ({"quant_method": "awq"}, r"not 'paroquant' \('awq'\)"),
+        ({"quant_method": "awq"}, r"not 'paroquant'/'paroquant_mxfp4' \('awq'\)"),
     ],
 )
 def test_config_mismatch(int4_copy, qc, msg):

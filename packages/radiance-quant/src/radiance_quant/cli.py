@@ -67,7 +67,7 @@ def verify(
     base: Path = typer.Option(None, help="The bf16 model it was made from: also checks nibble order + rotation."),
     report: Path = typer.Option(None, help="Write the JSON report here."),
 ) -> None:
-    """Verify a ParoQuant (int4 / int5) checkpoint: shapes, dtypes, pairs, theta, scales, identity."""
+    """Verify a ParoQuant int4 / int5 or MXFP4-PARO checkpoint: shapes, dtypes, pairs, theta, scales, identity."""
     from radiance_quant.paroquant import verify as run
 
     r = _run(lambda: run(checkpoint, base=base), report)

@@ -3,7 +3,8 @@ resumable, atomic writer that emits one shard per unit (a transformer layer, or 
 
 Reader: headers are parsed up front (a shard shorter than its header says is reported as truncated,
 naming the file and the first tensor past the end); tensors are read one at a time through
-`safe_open` (mmap), so memory holds one tensor plus what the caller keeps.
+`safe_open` (mmap, opened per tensor so no shard stays mapped), so memory holds one tensor plus what the
+caller keeps.
 
 Writer (`Job`): the output directory holds `.radiance-job.json` = {fingerprint, units, done}. Each
 unit's shard is written to a temp file, fsynced and renamed, then recorded (sha256) in the state file
@@ -106,7 +107,6 @@ class Checkpoint:
             for name, f in weight_map.items():
                 if self._where.get(name) != f:
                     raise CheckpointError(f"{self.dir / f}: tensor {name} listed in {INDEX} is not in that shard")
-        self._handle: tuple[str, object] | None = None
 
     def names(self) -> list[str]:
         return sorted(self._where)
@@ -139,10 +139,9 @@ class Checkpoint:
         """Read one tensor (memory-mapped), after checking dtype/shape against the header."""
         self.check(name, dtype, shape)
         f = self._where[name]
-        if self._handle is None or self._handle[0] != f:  # one open shard at a time: mapped pages are released
-            self._handle = (f, safe_open(self.dir / f, framework="pt"))
-        try:
-            return self._handle[1].get_tensor(name).clone()
+        try:  # opened per tensor: the shard's mapped pages are released with the handle, RSS stays ~1 tensor
+            with safe_open(self.dir / f, framework="pt") as fh:
+                return fh.get_tensor(name)
         except Exception as e:  # safetensors raises its own error types
             raise CheckpointError(f"{self.dir / f}: tensor {name}: {e}") from e
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from radiance_kernels.formats import awq, rotation
+from radiance_kernels.formats import awq, mx, rotation
 from radiance_quant.io import Checkpoint, CheckpointError
 
 GROUP = 128
@@ -47,17 +47,29 @@ def quant_config(ck: Checkpoint) -> dict:
     """The checkpoint's ParoQuant quantization_config, checked (quant_method, bits, group_size, krot)."""
     qc = ck.config.get("quantization_config")
     where = ck.dir / "config.json"
-    if not isinstance(qc, dict) or qc.get("quant_method") != "paroquant":
-        got = qc.get("quant_method") if isinstance(qc, dict) else qc
-        raise CheckpointError(f"{where}: quantization_config.quant_method is not 'paroquant' ({got!r})")
-    if qc.get("bits") not in (4, 5) or qc.get("group_size") != GROUP or not isinstance(qc.get("krot"), int):
-        raise CheckpointError(f"{where}: quantization_config needs bits 4|5, group_size 128, integer krot; got {qc}")
+    method = qc.get("quant_method") if isinstance(qc, dict) else qc
+    if method not in ("paroquant", "paroquant_mxfp4"):
+        raise CheckpointError(
+            f"{where}: quantization_config.quant_method is not 'paroquant'/'paroquant_mxfp4' ({method!r})"
+        )
+    bits_ok = qc.get("bits") in (4, 5) if method == "paroquant" else "bits" not in qc
+    if not bits_ok or qc.get("group_size") != GROUP or not isinstance(qc.get("krot"), int):
+        raise CheckpointError(
+            f"{where}: quantization_config needs group_size 128, integer krot and bits 4|5 ('paroquant') or no bits "
+            f"('paroquant_mxfp4'); got {qc}"
+        )
     return qc
 
 
-def linears(ck: Checkpoint) -> list[str]:
-    """Module names that store a `qweight`."""
-    return sorted(n[: -len(".qweight")] for n in ck.names() if n.endswith(".qweight"))
+def weight_tensor(qc: dict) -> str:
+    """The per-module tensor marking a quantized linear: `qweight` (int4/int5) or `weight_packed` (MXFP4)."""
+    return "weight_packed" if qc["quant_method"] == "paroquant_mxfp4" else "qweight"
+
+
+def linears(ck: Checkpoint, qc: dict | None = None) -> list[str]:
+    """Module names that store the format's weight tensor."""
+    tail = "." + weight_tensor(qc or quant_config(ck))
+    return sorted(n[: -len(tail)] for n in ck.names() if n.endswith(tail))
 
 
 def unquantized(ck: Checkpoint) -> dict[str, str]:
@@ -70,8 +82,23 @@ def unquantized(ck: Checkpoint) -> dict[str, str]:
     return out
 
 
-def read_linear(ck: Checkpoint, prefix: str, bits: int, krot: int) -> dict[str, torch.Tensor]:
-    """Read one linear's tensors, checking every dtype and shape against the one implied by `scales`."""
+def read_linear(ck: Checkpoint, prefix: str, qc: dict) -> dict[str, torch.Tensor]:
+    """Read one linear's tensors, checking every dtype and shape against the one implied by the weight."""
+    bits, krot = qc.get("bits"), qc["krot"]
+    rot = lambda K: {  # noqa: E731
+        "theta": (torch.float16, (krot, K // 2)),
+        "pairs": (torch.int16, (krot, K)),
+        "channel_scales": (torch.float16, (1, K)),
+    }
+    if bits is None:
+        _, (N, K2) = ck.spec(f"{prefix}.weight_packed")
+        if (2 * K2) % GROUP:
+            raise CheckpointError(
+                f"{ck.file_of(prefix + '.weight_packed')}: tensor {prefix}.weight_packed: "
+                f"K={2 * K2} must be a multiple of {GROUP}"
+            )
+        expect = {"weight_packed": (torch.uint8, (N, K2)), "weight_scale": (torch.uint8, (N, 2 * K2 // 32))}
+        return {k: ck.get(f"{prefix}.{k}", dt, sh) for k, (dt, sh) in (expect | rot(2 * K2)).items()}
     _, ssh = ck.spec(f"{prefix}.scales")
     _, qsh = ck.spec(f"{prefix}.qweight")
     if len(ssh) != 2 or len(qsh) != 2:
@@ -86,10 +113,7 @@ def read_linear(ck: Checkpoint, prefix: str, bits: int, krot: int) -> dict[str, 
         "qweight": (torch.int32, (K, N // 8)),
         "qzeros": (torch.int32, (K // GROUP, N // 8)),
         "scales": (torch.float16, (K // GROUP, N)),
-        "theta": (torch.float16, (krot, K // 2)),
-        "pairs": (torch.int16, (krot, K)),
-        "channel_scales": (torch.float16, (1, K)),
-    }
+    } | rot(K)
     hi = [f"{prefix}.qweight_hi", f"{prefix}.qzeros_hi"]
     if bits == 5:
         expect |= {"qweight_hi": (torch.int32, (K, N // 32)), "qzeros_hi": (torch.int32, (K // GROUP, N // 32))}
@@ -100,15 +124,14 @@ def read_linear(ck: Checkpoint, prefix: str, bits: int, krot: int) -> dict[str, 
     return {k: ck.get(f"{prefix}.{k}", dt, sh) for k, (dt, sh) in expect.items()}
 
 
-def check_linear(
-    ck: Checkpoint, prefix: str, t: dict[str, torch.Tensor], bits: int, rng: torch.Generator, base: Checkpoint | None
-) -> dict:
-    """Value checks of one linear; returns its figures (raises naming the tensor on the first failure)."""
-    file = ck.file_of(f"{prefix}.qweight")
-    try:
-        rotation.validate_rotation(t["pairs"], t["theta"], t["channel_scales"], name=prefix)
-    except ValueError as e:
-        raise CheckpointError(f"{file}: {e}") from None
+def dequant_linear(file, prefix: str, t: dict[str, torch.Tensor], bits: int | None) -> torch.Tensor:
+    """Checked dequantisation of one linear's stored weight -> W [K, N] fp64 (rotated frame)."""
+    if bits is None:
+        if (t["weight_scale"] == 255).any():
+            raise CheckpointError(
+                f"{file}: tensor {prefix}.weight_scale: {int((t['weight_scale'] == 255).sum())} NaN (255) e8m0 scales"
+            )
+        return mx.dequantize_mxfp4(t["weight_packed"], t["weight_scale"]).T.to(torch.float64)
     s = t["scales"].float()
     if not torch.isfinite(s).all() or (s <= 0).any():
         raise CheckpointError(
@@ -119,7 +142,25 @@ def check_linear(
     qmax = 2**bits - 1
     if got_bits != bits or int(codes.max()) > qmax or int(zeros.max()) > qmax:
         raise CheckpointError(f"{file}: tensor {prefix}.qzeros: codes/zeros exceed {qmax} for bits={bits}")
-    w = awq.dequantize(codes, zeros, scales).to(torch.float64)  # [K, N]
+    return awq.dequantize(codes, zeros, scales).to(torch.float64)
+
+
+def check_linear(
+    ck: Checkpoint,
+    prefix: str,
+    t: dict[str, torch.Tensor],
+    bits: int | None,
+    rng: torch.Generator,
+    base: Checkpoint | None,
+) -> dict:
+    """Value checks of one linear; returns its figures (raises naming the tensor on the first failure)."""
+    wname = f"{prefix}.{'weight_packed' if bits is None else 'qweight'}"
+    file = ck.file_of(wname)
+    try:
+        rotation.validate_rotation(t["pairs"], t["theta"], t["channel_scales"], name=prefix)
+    except ValueError as e:
+        raise CheckpointError(f"{file}: {e}") from None
+    w = dequant_linear(file, prefix, t, bits)  # [K, N]
     K, N = w.shape
     # inference identity: Givens layers (fp64) vs the dense block-diagonal R, through the weight
     x = torch.randn(4, K, generator=rng, dtype=torch.float64)
@@ -149,7 +190,7 @@ def check_linear(
         fig["base_rel_rms"] = rel
         if not rel < 0.3:
             raise CheckpointError(
-                f"{file}: tensor {prefix}.qweight: dequantised weight is {rel:.3f} relRMS from "
+                f"{file}: tensor {wname}: dequantised weight is {rel:.3f} relRMS from "
                 f"{base.file_of(name)} (nibble order or rotation wrong?)"
             )
     return fig
@@ -162,17 +203,17 @@ def verify(path, base=None, seed: int = 0) -> dict:
     ck = path if isinstance(path, Checkpoint) else Checkpoint(path)
     base = base if base is None or isinstance(base, Checkpoint) else Checkpoint(base)
     qc = quant_config(ck)
-    mods = linears(ck)
+    mods = linears(ck, qc)
     if not mods:
-        raise CheckpointError(f"{ck.dir}: quant_method 'paroquant' but no tensor named *.qweight")
+        raise CheckpointError(f"{ck.dir}: quant_method {qc['quant_method']!r} but no tensor *.{weight_tensor(qc)}")
     rng = torch.Generator().manual_seed(seed)
     problems, figures = [], {}
     from tqdm import tqdm
 
     for m in tqdm(mods, desc="verify", unit="linear", disable=None):
         try:
-            t = read_linear(ck, m, qc["bits"], qc["krot"])
-            figures[m] = check_linear(ck, m, t, qc["bits"], rng, base)
+            t = read_linear(ck, m, qc)
+            figures[m] = check_linear(ck, m, t, qc.get("bits"), rng, base)
         except CheckpointError as e:
             problems.append(str(e))
     if problems:
