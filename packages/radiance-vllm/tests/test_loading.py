@@ -119,3 +119,17 @@ def test_bad_values_fail_after_load_naming_the_tensor(name, fn, message):
     load(layer, corrupt([projection(0, 4), projection(1, 4)], 1, name, fn))
     with pytest.raises(CheckpointError, match=message):
         method.process_weights_after_loading(layer)
+
+
+def test_unquantized_modules_are_detected_from_the_checkpoint():
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+
+    layer, _ = make_layer()
+    cfg = ParoQuantConfig(bits=4, group_size=128, krot=8)
+    cfg.packed_modules_mapping = {"gate_up_proj": ["gate_proj", "up_proj"]}
+    cfg.quantized_modules = frozenset({"model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj"})
+    assert isinstance(cfg.get_quant_method(layer, PREFIX), ParoQuantLinearMethod)
+    assert isinstance(cfg.get_quant_method(layer, "model.layers.1.mlp.gate_up_proj"), UnquantizedLinearMethod)
+    cfg.quantized_modules = frozenset({"model.layers.0.mlp.gate_proj"})
+    with pytest.raises(CheckpointError, match=r"mixes quantized \['model.layers.0.mlp.gate_proj'\]"):
+        cfg.get_quant_method(layer, PREFIX)
