@@ -18,8 +18,10 @@ from radiance_vllm.server import VLLMServer
 
 #: KL(simulated reference ‖ served): the reference simulates the same weights, rotation, activation
 #: quantization and bf16 GEMM output, leaving only vLLM's fp32 reassociation (~1e-6 relative); the
-#: activation quantization's own KL is ~1e-3 here, so 1e-4 fails a path that skipped or mis-simulated it.
+#: activation quantization's own KL is 2e-4..2e-3 here; the served KL must stay under 1e-4 and under a
+#: tenth of it, so a path that skipped or mis-simulated the activation quantization fails.
 KL_BAR = 1e-4
+ACT_FRACTION = 0.1
 SINGLE_PROCESS_ARGS = ["--max-logprobs", "-1", "--distributed-executor-backend", "uni"]
 SINGLE_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
@@ -50,7 +52,8 @@ def format_rows(ctx, name: str) -> list[Row]:
                 "all, token for token", all(rep["greedy_equal"])),
             Row(f"serve_quant {name}: prompt KL vs reference",
                 f"{fmt(rep['kl_served'])} (act-quant KL {fmt(rep['kl_act'])})",
-                f"< {KL_BAR:g} < act-quant KL", rep["kl_served"] < KL_BAR < rep["kl_act"]),
+                f"< min({KL_BAR:g}, {ACT_FRACTION:g} x act-quant KL)",
+                rep["kl_served"] < min(KL_BAR, ACT_FRACTION * rep["kl_act"])),
         ]
         log = server.log_path.read_text()
         printed = log.count("[radiance] kernel backend: ")

@@ -17,10 +17,11 @@ from radiance_vllm.served_formats import FORMATS
 #: KL(simulated reference ‖ served) bar. The reference simulates the same weights, rotation,
 #: activation quantization and bf16 GEMM output, so what is left is vLLM's fp32 attention / RMSNorm
 #: reassociation (~1e-6 relative) flipping an occasional activation code or bf16 rounding. The
-#: activation quantization's own KL (``kl_act``, weight-only vs simulated) measures ~1e-3 on these
-#: models; the bar sits 10x below it, so a served path that skipped or mis-simulated the activation
-#: quantization fails. Measured served KL: ~1e-8.
+#: activation quantization's own KL (``kl_act``, weight-only vs simulated) measures 2e-4..2e-3 on these
+#: models; the served KL must stay under 1e-4 and under a tenth of ``kl_act``, so a served path that
+#: skipped or mis-simulated the activation quantization fails. Measured served KL: 2e-8..4e-5.
 KL_BAR = 1e-4
+ACT_FRACTION = 0.1
 
 
 @pytest.fixture(scope="module", params=list(FORMATS))
@@ -44,7 +45,7 @@ def test_greedy_and_kl_match_the_simulated_reference(fmt, server, ckpts):
     rep = format_report(server, ckpts[1], FORMATS[fmt].act)
     print(f"\n{fmt}: start {server.startup_seconds:.0f} s, {rep}")
     assert all(rep["greedy_equal"]), rep
-    assert rep["kl_served"] < KL_BAR < rep["kl_act"], rep
+    assert rep["kl_served"] < min(KL_BAR, ACT_FRACTION * rep["kl_act"]), rep
 
 
 def test_backend_printed_once(fmt, server):
