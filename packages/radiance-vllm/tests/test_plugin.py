@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -39,3 +40,12 @@ def test_unsupported_config_values_are_named(cfg, key):
 def test_paroquant_config_reads_zlab_format():
     c = ParoQuantConfig.from_config({"quant_method": "paroquant", "bits": 4, "group_size": 128, "krot": 8})
     assert (c.bits, c.group_size, c.krot) == (4, 128, 8)
+
+
+def test_unknown_knob_stops_vllm_plugin_loading_naming_it():
+    code = "from vllm.plugins import load_general_plugins; load_general_plugins(); print('SERVER WOULD START')"
+    env = {**os.environ, "RADIANCE_PQ_I8": "1"}
+    env.pop("_RADIANCE_SETTINGS_PRINTED", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode != 0 and "SERVER WOULD START" not in r.stdout
+    assert "unknown Radiance knob(s) RADIANCE_PQ_I8" in r.stderr
