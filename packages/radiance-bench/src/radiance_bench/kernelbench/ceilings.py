@@ -15,6 +15,14 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (t.best_us * 1e-6) / 1e12
 
 
+def read_bandwidth(nbytes: int = 1 << 30) -> float:
+    """A read-only stream (``Tensor.sum`` over fp32), bytes read per second (TB/s): the decode band's limit,
+    which only reads weights. On the H200 this sits well above the copy figure."""
+    src = [torch.randn(nbytes // 4, device="cuda") for _ in range(2)]
+    t = graph_time([lambda i=i: src[i].sum() for i in range(2)], min_calls=8)
+    return nbytes / (t.best_us * 1e-6) / 1e12
+
+
 def bf16_tflops(n: int = 8192) -> float:
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -36,4 +44,5 @@ def fp8_tflops(n: int = 8192) -> float:
 
 
 def measure() -> dict:
-    return {"copy_TBps": copy_bandwidth(), "bf16_TFLOPs": bf16_tflops(), "fp8_TFLOPs": fp8_tflops()}
+    return {"copy_TBps": copy_bandwidth(), "read_TBps": read_bandwidth(), "bf16_TFLOPs": bf16_tflops(),
+            "fp8_TFLOPs": fp8_tflops()}

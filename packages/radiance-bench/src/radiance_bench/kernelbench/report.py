@@ -14,7 +14,8 @@ def table(run: dict) -> str:
     c = run["ceilings"]
     m = run["meta"]
     out = [f"{m['gpu']}  torch {m['torch']}  triton {m['triton']}  {m['date']}",
-           f"ceilings: copy {c['copy_TBps']:.2f} TB/s, bf16 {c['bf16_TFLOPs']:.0f} TF/s, "
+           f"ceilings: copy {c['copy_TBps']:.2f} TB/s, read {c.get('read_TBps', 0):.2f} TB/s, "
+           f"bf16 {c['bf16_TFLOPs']:.0f} TF/s, "
            f"fp8 {c['fp8_TFLOPs']:.0f} TF/s"]
     for r in run["results"]:
         if "error" in r:
@@ -25,6 +26,8 @@ def table(run: dict) -> str:
         tail = f"{r['best_us']:9.1f} us"
         if "frac_copy" in r:
             tail += f"  {r.get('weight_TBps', r.get('TBps', 0)):.2f} TB/s = {r['frac_copy']:.2f} of copy"
+            if "frac_read" in r:
+                tail += f", {r['frac_read']:.2f} of read"
         elif "TFLOPs" in r:
             tail += f"  {r['TFLOPs']:7.1f} TF/s"
             if r.get("vs_scaled_mm") is not None:

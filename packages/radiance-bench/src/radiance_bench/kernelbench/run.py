@@ -79,7 +79,7 @@ def decode(results: list, ceil: dict) -> None:
                     t = graph_time(calls)
                     tbps = weights[0].nbytes / (t.best_us * 1e-6) / 1e12
                     _record(results, "decode", f"{label} int{bits}", t, M=M, **meta0, weight_TBps=tbps,
-                            frac_copy=tbps / ceil["copy_TBps"])
+                            frac_copy=tbps / ceil["copy_TBps"], frac_read=tbps / ceil["read_TBps"])
             del weights
         for M in DECODE_M:
             meta, fl = {**meta0, "M": M}, 2 * M * proj.N * proj.K
