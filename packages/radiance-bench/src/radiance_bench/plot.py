@@ -37,6 +37,7 @@ def _bars(ax, groups: list[str], results: list[dict], values: list[list], ylabel
         bars = ax.bar(x + (i - (len(results) - 1) / 2) * width, v, width, label=label)
         ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
     ax.margins(y=0.12)
+    ax.set_ylim(bottom=0)
     ax.set_xticks(x, groups, rotation=20, ha="right")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -170,6 +171,7 @@ def plot(results: list[dict], out: Path) -> Path:
             "accuracy %",
             "GSM8K accuracy",
         )
+        axes[0].set_ylim(0, 105)
         _bars(
             axes[1],
             ["truncated", "errored"],
@@ -187,6 +189,7 @@ def plot(results: list[dict], out: Path) -> Path:
             "% prompts",
             "Runs agreeing",
         )
+        axes[0].set_ylim(0, 105)
         _bars(axes[1], ["errored"], results, [[r["summary"]["errored"]] for r in results], "requests", "Errors")
     else:
         raise ValueError(f"no plot for result kind {kind!r}")
