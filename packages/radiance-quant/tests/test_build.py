@@ -70,6 +70,16 @@ def test_mxfp4_paro(base, tmp_path):
     assert all(r["linears"][k]["rel_rms"] <= ocp["linears"][k]["rel_rms"] for k in r["linears"])
 
 
+def test_cli_tiny_qwen3_next_nvfp4_mxfp4(tmp_path):
+    args = ["tiny", "--kind", "nvfp4-mxfp4", "--family", "qwen3-next", "--out", str(tmp_path / "o")]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    ck = Checkpoint(tmp_path / "o")
+    assert ck.spec("model.layers.0.mlp.experts.1.down_proj.weight_scale")[0] == torch.uint8
+    assert ck.spec("model.layers.0.linear_attn.in_proj_qkvz.weight_packed")[0] == torch.uint8
+    assert ck.spec("lm_head.weight")[0] == torch.bfloat16
+
+
 def test_qwen3_next_int4(tmp_path):
     nx = tiny.build_tiny_qwen3_next(tmp_path / "nx", seed=0)
     build.build(nx, tmp_path / "q", "int4", seed=0)

@@ -48,6 +48,7 @@ def tiny(
     seed: int = typer.Option(0, help="Seed (same seed -> identical bytes)."),
     dtype: str = typer.Option("float32", help="qwen3-based kinds: float32 or bfloat16."),
     train_steps: int = typer.Option(200, help="qwen3-based kinds: training steps on the shipped corpus."),
+    family: str = typer.Option("qwen3", help="Quantized kinds: base model family, qwen3 or qwen3-next."),
 ) -> None:
     """Build a deterministic tiny model, or a tiny checkpoint of a quantized format."""
     from radiance_quant import tiny as t
@@ -57,7 +58,7 @@ def tiny(
     elif kind is TinyKind.qwen3_next:
         _run(lambda: t.build_tiny_qwen3_next(out, seed=seed))
     else:
-        _run(lambda: t.build_tiny_checkpoint(out, kind.value, seed=seed, dtype=dtype, train_steps=train_steps))
+        _run(lambda: t.build_tiny_checkpoint(out, kind.value, seed, dtype, train_steps, family))
     typer.echo(str(out))
 
 
@@ -94,6 +95,8 @@ def build(
     rule: str = typer.Option("mse", help="mxfp4 exponent rule: mse | ocp."),
 ) -> None:
     """Build a rotated int4 / int5 / MXFP4-PARO checkpoint from a base model."""
+    if pow2:
+        typer.echo("warning: power-of-two scales measured 2.8x worse KL than fp16 scales in the seeds", err=True)
     from radiance_quant.build import build as run
 
     r = _run(lambda: run(base, out, fmt.value, rotations=rotations, seed=seed, pow2=pow2, rule=rule))

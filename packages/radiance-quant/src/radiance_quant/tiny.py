@@ -164,18 +164,29 @@ def build_tiny_qwen3_next(out_dir: str | Path, seed: int = 0) -> Path:
 
 
 def build_tiny_checkpoint(
-    out_dir: str | Path, kind: str, seed: int = 0, dtype: str = "float32", train_steps: int = 200
+    out_dir: str | Path,
+    kind: str,
+    seed: int = 0,
+    dtype: str = "float32",
+    train_steps: int = 200,
+    family: str = "qwen3",
 ) -> Path:
-    """Tiny checkpoint of a quantized format from the tiny Qwen3 of `seed`, random rotations of `seed`.
+    """Tiny checkpoint of a quantized format from the tiny model of `seed`, random rotations of `seed`.
 
-    kind: paroquant-int4 | paroquant-int5 | paroquant-mxfp4 | nvfp4 | nvfp4-mxfp4.
+    kind: paroquant-int4 | paroquant-int5 | paroquant-mxfp4 | nvfp4 | nvfp4-mxfp4; family: qwen3 |
+    qwen3-next (bf16; `dtype` and `train_steps` apply to qwen3 only).
     """
     from tempfile import TemporaryDirectory
 
     from radiance_quant import build, nvfp4
 
     with TemporaryDirectory() as tmp:
-        base = build_tiny_qwen3(Path(tmp) / "base", seed=seed, dtype=dtype, train_steps=train_steps)
+        if family == "qwen3":
+            base = build_tiny_qwen3(Path(tmp) / "base", seed=seed, dtype=dtype, train_steps=train_steps)
+        elif family == "qwen3-next":
+            base = build_tiny_qwen3_next(Path(tmp) / "base", seed=seed)
+        else:
+            raise ValueError(f"unknown tiny model family {family!r}")
         if kind.startswith("paroquant-"):
             build.build(base, out_dir, kind.removeprefix("paroquant-"), seed=seed)
         elif kind == "nvfp4":
