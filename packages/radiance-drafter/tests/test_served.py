@@ -30,10 +30,15 @@ def test_served_dflash_ab_matches_proxy_ordering(loop, tiny_target, prompts):  #
                for label, d in (("untrained", work / "init"), ("trained", work / "run" / "drafter"))}
     (work / "served.json").write_text(json.dumps(results, indent=2))
     for label, r in results.items():
-        print(f"served {label}: acc/draft {r['acc_per_draft']:.4f} (proxy {proxies[label]['acc_per_block']:.4f}), "
-              f"drafts {r['drafts']}, tokens {r['completion_tokens']}, {r['tokens_per_s']:.1f} tok/s")
+        proxy = proxies[label]
+        print(f"served {label}: acc/draft {r['acc_per_draft']:.4f} over {r['drafts']} drafts, "
+              f"{r['completion_tokens']} tokens, {r['tokens_per_s']:.1f} tok/s; proxy walk {proxy['acc_per_draft']:.4f}"
+              f", proxy per block {proxy['acc_per_block']:.4f}; per source served/proxy: "
+              + ", ".join(f"{s} {x['acc_per_draft']:.3f}/{proxy['per_source'][s]['acc_per_draft']:.3f}"
+                          for s, x in r["per_source"].items()))
         assert r["drafts"] > 0 and r["draft_tokens"] == 7 * r["drafts"]
         assert set(r["per_source"]) == {"arithmetic", "code", "prose"}
+        assert abs(r["acc_per_draft"] - proxy["acc_per_draft"]) <= 0.25 * proxy["acc_per_draft"] + 0.01
     assert results["trained"]["acc_per_draft"] > results["untrained"]["acc_per_draft"]
     verdict = compare(results["untrained"], results["trained"])
     assert verdict["verdict"] == "refused"  # ~1.5k held-out tokens is far below the 50k the rule demands

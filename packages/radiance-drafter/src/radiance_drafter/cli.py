@@ -106,7 +106,7 @@ def train(init_dir: Path, capture_dir: Path, target: Path, out: Path, epochs: in
 @app.command()
 def proxy(drafter: Path, capture_dir: Path, target: Path, out: Path = None,
           temperature: float = typer.Option(None, help="default: the capture's sampling temperature"),
-          stride: int = 1, device: str = "cpu", threads: int = 0):
+          seed: int = 0, device: str = "cpu", threads: int = 0):
     """Offline proxy: prefix-expected accepted tokens per block on a (held-out) capture."""
     from radiance_drafter.capture import CaptureSet
     from radiance_drafter.model import TargetHeads, load_drafter
@@ -116,9 +116,10 @@ def proxy(drafter: Path, capture_dir: Path, target: Path, out: Path = None,
     data = CaptureSet(capture_dir)
     t = data.sampling.temperature if temperature is None else temperature
     r = offline_proxy(load_drafter(drafter).to(device), TargetHeads.from_target(target).to(device), data, t,
-                      stride=stride, device=device)
+                      seed=seed, device=device)
     r.update(drafter=str(drafter), capture=str(capture_dir))
-    _table("offline proxy: expected accepted tokens per block", r, "acc_per_block")
+    _table("offline proxy: accepted tokens per draft (decode walk) and per block (every anchor)", r,
+           ("acc_per_draft", "acc_per_block"))
     _save(r, out)
 
 
@@ -134,7 +135,7 @@ def served_eval(prompts: Path, url: str = typer.Option(...), model: str = typer.
 
     r = ServedEval(url, model, tokenizer).run(load_prompts(prompts),
                                               _sampling(temperature, top_p, top_k, max_tokens, seed), label)
-    _table(f"served: {label}", r, "acc_per_draft")
+    _table(f"served: {label}", r, ("acc_per_draft", "tokens_per_s"))
     _save(r, out)
 
 
@@ -175,12 +176,11 @@ def check_vllm(drafter: Path, target: Path):
     console.print({k: v for k, v in r.items() if k != "vllm_parameters"})
 
 
-def _table(title: str, r: dict, metric: str) -> None:
+def _table(title: str, r: dict, metrics: tuple[str, ...]) -> None:
     t = Table(title=title)
-    for col in ("source", metric, "completion tokens", "accept rate by position"):
+    for col in ("source", *metrics, "drafts", "completion tokens", "accept rate by position"):
         t.add_column(col)
-    rows = [*r["per_source"].items(), ("ALL", r)]
-    for src, x in rows:
-        t.add_row(src, f"{x[metric]:.3f}", str(x["completion_tokens"]),
+    for src, x in [*r["per_source"].items(), ("ALL", r)]:
+        t.add_row(src, *(f"{x[m]:.3f}" for m in metrics), str(x["drafts"]), str(x["completion_tokens"]),
                   " ".join(f"{v:.2f}" for v in x["accept_rate_by_pos"]))
     console.print(t)

@@ -5,12 +5,12 @@ lost on held-out traffic): no verdict unless both evaluations cover at least ``m
 tokens (default 50k), ran the same prompts at the same sampling settings; the report is per source
 (wins / losses / ties beyond ``tie`` relative), not one average. Promote only if the overall metric
 rises by at least ``min_gain`` (relative) AND the candidate wins more sources than it loses.
-Metric: served ``acc_per_draft``, or the offline proxy's ``acc_per_block``.
+Metric: ``acc_per_draft`` (served, or the offline proxy's decode walk).
 """
 
 from __future__ import annotations
 
-METRICS = {"served": "acc_per_draft", "offline_proxy": "acc_per_block"}
+METRICS = {"served": "acc_per_draft", "offline_proxy": "acc_per_draft"}
 
 
 def _rel(c: float, b: float) -> float:

@@ -1,12 +1,17 @@
-"""Offline proxy: prefix-expected accepted tokens per block, from the drafter's and the target's logits.
+"""Offline proxy: expected accepted tokens per block, from the drafter's and the target's logits.
 
 For every anchor ``a`` of a held-out captured sequence with a full block after it, the drafter proposes
 ``d_k = argmax`` of its slot-k logits (vLLM's greedy draft sampling). Under rejection sampling with a
 one-hot draft, slot k is accepted with probability ``α_k = p_T(d_k | x_{<a+k})``, the target's
 temperature-T probability of the draft (at T = 0: 1 if ``d_k`` is the target's argmax, else 0); the
-target's logits are ``lm_head(final)`` from the capture. Expected accepted tokens per block:
-``Σ_k Π_{j<=k} α_j``, evaluated along the captured sequence (the drafts' prefix is approximated by the
-captured tokens). Comparable to the served ``accepted / drafts``.
+target's logits are ``lm_head(final)`` from the capture; the prefix is the captured one.
+
+Two averages are reported:
+- ``acc_per_block``: ``Σ_k Π_{j<=k} α_j`` averaged over *every* anchor (token-weighted);
+- ``acc_per_draft``: the decode walk — start at the first completion token, accept ``m`` slots (each
+  while a uniform draw stays below ``α_k``; exact at T = 0), jump to ``a + m + 1`` — averaged over the
+  blocks the walk visits. This weights sources and passages the way serving does (easy text takes
+  fewer drafts), so it is the figure to set beside the served ``accepted / drafts``.
 """
 
 from __future__ import annotations
@@ -27,44 +32,57 @@ def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(logits.float() / temperature, dim=-1)
 
 
+def _new(k: int) -> dict:
+    return {"blocks": 0, "accepted": 0.0, "tokens": 0, "walk_drafts": 0, "walk_accepted": 0,
+            "pos": torch.zeros(k, dtype=torch.float64), "top1": torch.zeros(k, dtype=torch.float64)}
+
+
 @torch.no_grad()
 def offline_proxy(drafter: DFlashDrafter, heads: TargetHeads, data: CaptureSet, temperature: float,
-                  stride: int = 1, blocks_per_forward: int = 64, device: str = "cpu") -> dict:
-    """Prefix-expected acceptance overall and per source (see module docstring)."""
+                  seed: int = 0, blocks_per_forward: int = 64, device: str = "cpu") -> dict:
+    """Per-anchor and decode-walk acceptance, overall and per source (see module docstring)."""
     check_compatible(drafter, heads, data)
     k = drafter.cfg.num_draft_tokens
     drafter.eval()
-    acc: dict[str, dict] = defaultdict(lambda: {"blocks": 0, "accepted": 0.0, "tokens": 0,
-                                                "pos": torch.zeros(k, dtype=torch.float64),
-                                                "top1": torch.zeros(k, dtype=torch.float64)})
-    for s in tqdm(data, total=len(data), desc="proxy", unit="seq"):
+    acc: dict[str, dict] = defaultdict(lambda: _new(k))
+    for i, s in enumerate(tqdm(data, total=len(data), desc="proxy", unit="seq")):
         r = acc[s.source]
         r["tokens"] += len(s.tokens) - s.n_prompt
-        anchors = torch.arange(max(s.n_prompt, 1), len(s.tokens) - k, stride)
+        anchors = torch.arange(max(s.n_prompt, 1), len(s.tokens) - k)
         if len(anchors) == 0:
             continue
         p_t = target_probs(heads.logits(s.final.to(device)), temperature)
+        alphas = []
         for chunk in anchors.split(blocks_per_forward):
             logits, _ = forward_blocks(drafter, heads, [s], [chunk], device)
             drafts = logits[0].view(len(chunk), k + 1, -1)[:, 1:].argmax(-1).cpu()
             pos = chunk[:, None] + torch.arange(1, k + 1)
-            alpha = p_t[(pos - 1).to(device)].gather(-1, drafts[..., None].to(device))[..., 0].cpu().double()
-            prefix = alpha.cumprod(-1)
-            r["blocks"] += len(chunk)
-            r["accepted"] += prefix.sum().item()
-            r["pos"] += prefix.sum(0)
+            alphas.append(p_t[(pos - 1).to(device)].gather(-1, drafts[..., None].to(device))[..., 0].cpu().double())
             r["top1"] += (drafts == s.tokens[pos]).double().sum(0)
+        alpha = torch.cat(alphas)
+        prefix = alpha.cumprod(-1)
+        r["blocks"] += len(anchors)
+        r["accepted"] += prefix.sum().item()
+        r["pos"] += prefix.sum(0)
+        draws = torch.rand(alpha.shape, generator=torch.Generator().manual_seed(seed * 1_000_003 + i),
+                           dtype=torch.float64)
+        accepted = (draws < alpha).long().cumprod(-1).sum(-1)
+        j = 0
+        while j < len(anchors):
+            r["walk_drafts"] += 1
+            r["walk_accepted"] += accepted[j].item()
+            j += accepted[j].item() + 1
     return summarize(acc, temperature, k)
 
 
 def summarize(acc: dict, temperature: float, k: int) -> dict:
     def one(r):
         n = max(r["blocks"], 1)
-        return {"blocks": r["blocks"], "completion_tokens": r["tokens"], "acc_per_block": r["accepted"] / n,
+        return {"acc_per_draft": r["walk_accepted"] / max(r["walk_drafts"], 1), "drafts": r["walk_drafts"],
+                "acc_per_block": r["accepted"] / n, "blocks": r["blocks"], "completion_tokens": r["tokens"],
                 "accept_rate_by_pos": (r["pos"] / n).tolist(), "top1_by_pos": (r["top1"] / n).tolist()}
 
-    total = {"blocks": 0, "accepted": 0.0, "tokens": 0, "pos": torch.zeros(k, dtype=torch.float64),
-             "top1": torch.zeros(k, dtype=torch.float64)}
+    total = _new(k)
     for r in acc.values():
         for key in total:
             total[key] = total[key] + r[key]
