@@ -127,6 +127,22 @@ def test_triton_matches_reference(bits, elem, grouped, zpe, band, device):
     assert r <= REL and mx <= 4 * REL, (r, mx)
 
 
+@pytest.mark.parametrize("name", ["split", "fused", "nib8", "nib8w"])
+def test_decode_configs(name, device):
+    """Every named decode tile config (the bench's A/B) at 3 splits: kernel == reference."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    P, M, K, N, bounds = 2, 5, 384, 512, [0, 256, 512]
+    bits, grouped = (5, False) if name in ("split", "nib8") else (4, True)
+    A, AS, RS, _ = acts(P, M, K, "e4m3", grouped, seed=7, device=device)
+    w = prepare_codes(*weights(K, N, bits, device=device), bits)
+    ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
+    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
+    impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[name], "splits": 3})
+    r, mx = rel(out, ref)
+    assert r <= REL and mx <= 4 * REL, (r, mx)
+
+
 @pytest.mark.parametrize("kind,zkind,P",
                          [("subnormal", "random", 3), ("normal", "extreme", 1), ("subnormal", "extreme", 2)])
 def test_triton_edge_codes(kind, zkind, P, device):

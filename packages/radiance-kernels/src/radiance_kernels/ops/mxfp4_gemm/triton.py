@@ -14,13 +14,12 @@ import triton
 import triton.language as tl
 
 from radiance_kernels.ops.mxfp4_gemm.reference import MXPrepared, check_inputs
-from radiance_kernels.ops.w4a8_gemm.triton import NO_SPECIALIZE, launch, load_nibbles, tile_coords
-from radiance_kernels.tl.bf16 import to_bf16
+from radiance_kernels.ops.w4a8_gemm.triton import NO_SPECIALIZE, launch, load_nibbles, store_tile, tile_coords
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _mxfp4_kernel(
-    a_ptr, as_ptr, wp_ptr, ws_ptr, out_ptr,
+    a_ptr, as_ptr, wp_ptr, ws_ptr, part_ptr, out_ptr, cnt_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
     SPLIT: tl.constexpr, HW: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, GROUP_M: tl.constexpr,
@@ -55,15 +54,12 @@ def _mxfp4_kernel(
             else:
                 acc = tl.dot(a.to(tl.float32), w, acc)
     acc *= tl.load(as_ptr + part * M + offs_m, mask=mask_m, other=0.0)[:, None]
-    mask = mask_m[:, None] & mask_n[None, :]
-    if SPLIT:
-        tl.store(out_ptr + pid_s.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :], acc, mask=mask)
-    else:
-        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], to_bf16(acc, not HW), mask=mask)
+    store_tile(acc, part_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om, SPLIT, not HW)
 
 
-def gemm(A, AS, w: MXPrepared, bounds: list[int], band: str = "auto", out: torch.Tensor | None = None) -> torch.Tensor:
-    """Triton MXFP4 x e4m3 GEMM → bf16 [M, N] (or rows < M of ``out``)."""
+def gemm(A, AS, w: MXPrepared, bounds: list[int], band: str = "auto", out: torch.Tensor | None = None,
+         cfg: dict | None = None) -> torch.Tensor:
+    """Triton MXFP4 x e4m3 GEMM → bf16 [M, N] (or rows < M of ``out``); ``cfg`` overrides the tile config."""
     P, M, K, N = check_inputs(A, AS, w, bounds, "mxfp4_gemm")
     return launch(_mxfp4_kernel, M, N, K, bounds, band, out, A.device, "mxfp4_gemm",
-                  (A.contiguous(), AS.contiguous(), w.wp, w.ws))
+                  (A.contiguous(), AS.contiguous(), w.wp, w.ws), cfg)

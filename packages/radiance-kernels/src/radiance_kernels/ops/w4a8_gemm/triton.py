@@ -58,12 +58,47 @@ def load_nibbles(w_ptr, k0, offs_n, mask_n, N, BK: tl.constexpr, BN: tl.constexp
     return tl.reshape((words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 15, (BK, BN))
 
 
+@triton.jit
+def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr):
+    """``acc + a · (c - OFF)`` for e4m3 codes ``a`` and unsigned weight codes ``c < 32`` with fp16 operands:
+    ``c | 0x6400`` is the fp16 ``1024 + c`` (no int→float convert), minus ``1024 + OFF`` exactly; e4m3 is
+    exact in fp16, the products exact in the fp32 sum (fp32 operands under the interpreter)."""
+    w = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + OFF)
+    a = a.to(tl.float8e4nv, bitcast=True)
+    if HW:
+        return tl.dot(a.to(tl.float16), w, acc)
+    return tl.dot(a.to(tl.float32), w.to(tl.float32), acc)
+
+
+@triton.jit
+def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om,
+               SPLIT: tl.constexpr, SOFT: tl.constexpr):
+    """Epilogue. SPLIT 0: bf16 ``out``. 1: fp32 partial ``ws[s]`` (summed by the host). 2: partial, then the
+    tile's arrival counter ``cnt[pid]``; the last program of the tile sums ``ws[0..S-1]`` in split order
+    (deterministic) and stores bf16."""
+    mask = mask_m[:, None] & mask_n[None, :]
+    out = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
+    if SPLIT == 0:
+        tl.store(out, to_bf16(acc, SOFT), mask=mask)
+    else:
+        part = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+        S = tl.num_programs(1)
+        tl.store(part + tl.program_id(1).to(tl.int64) * M * N, acc, mask=mask)
+        if SPLIT == 2:
+            tl.debug_barrier()  # every thread's partial is written before the release below
+            if tl.atomic_add(cnt_ptr + tl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
+                total = tl.zeros_like(acc)
+                for i in range(S):
+                    total += tl.load(part + i * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+                tl.store(out, to_bf16(total, SOFT), mask=mask)
+
+
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _w4a8_kernel(
-    a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, out_ptr,
+    a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, ws_ptr, out_ptr, cnt_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, ZPE: tl.constexpr,
-    SPLIT: tl.constexpr, HW: tl.constexpr,
+    SPLIT: tl.constexpr, HW: tl.constexpr, DOT16: tl.constexpr, NIB8: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, BG: tl.constexpr,
     GROUP_M: tl.constexpr, ZPE_PREC: tl.constexpr,
 ):
@@ -82,8 +117,10 @@ def _w4a8_kernel(
     else:
         as_rows = as_ptr + part * M + offs_m
     offs_h = tl.arange(0, KS // 32)
+    offs_i = tl.arange(0, BK // 8)
     shift_h = tl.arange(0, 32)
     OFF: tl.constexpr = 1 << (BITS - 1)
+    NIB: tl.constexpr = NIB8 and DOT16 and not INT8  # e4m3 only: int8 keeps the int8 dot
 
     g_lo = pid_s * groups_per_split
     g_hi = tl.minimum(g_lo + groups_per_split, G)
@@ -93,17 +130,30 @@ def _w4a8_kernel(
             t = tl.zeros((BM, BN), dtype=tl.int32)
         else:
             t = tl.zeros((BM, BN), dtype=tl.float32)
-        for kk in tl.static_range(0, BK, KS):  # KS-wide steps through the group: smaller weight tiles
+        if NIB:  # one K=16 dot per nibble index j (k = 8i + j): the words are never reshaped
+            words = tl.load(wq_ptr + (g * 16 + offs_i)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
+            if BITS == 5:  # bit 4 of q[k] is bit 8(i%4) + j of wh[g*4 + i//4]
+                hi = tl.load(wh_ptr + (g * 4 + offs_i // 4)[:, None] * N + offs_n[None, :], mask=mask_n[None, :],
+                             other=0) >> (8 * (offs_i % 4))[:, None]
+            for j in tl.static_range(8):
+                a = tl.load(a_rows + g * BK + 8 * offs_i[None, :] + j, mask=mask_m[:, None], other=0)
+                c = (words >> (4 * j)) & 15
+                if BITS == 5:
+                    c = c | (((hi >> j) & 1) << 4)
+                t = dot16(a, c, t, OFF, HW)
+        for kk in tl.static_range(0, 0 if NIB else BK, KS):  # KS-wide steps through the group
             k0 = g * BK + kk
             a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0)
             c = load_nibbles(wq_ptr, k0, offs_n, mask_n, N, KS, BN)
             if BITS == 5:
                 wh = tl.load(wh_ptr + (k0 // 32 + offs_h)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
                 c = c | (tl.reshape((wh[:, None, :] >> shift_h[None, :, None]) & 1, (KS, BN)) << 4)
-            c = c - OFF
             if INT8:
-                t = tl.dot(a, c.to(tl.int8), t, out_dtype=tl.int32)
+                t = tl.dot(a, (c - OFF).to(tl.int8), t, out_dtype=tl.int32)
+            elif DOT16:
+                t = dot16(a, c, t, OFF, HW)
             else:
+                c = c - OFF
                 if HW:  # integers in [-16, 15] are exact in fp16 and e4m3: one packed convert
                     w8 = c.to(tl.float16).to(tl.float8e4nv)
                 else:
@@ -136,11 +186,7 @@ def _w4a8_kernel(
             acc -= tl.dot(rsa, sd, input_precision=ZPE_PREC)
     if not GROUP_AS:
         acc *= tl.load(as_rows, mask=mask_m, other=0.0)[:, None]
-    mask = mask_m[:, None] & mask_n[None, :]
-    if SPLIT:
-        tl.store(out_ptr + pid_s.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :], acc, mask=mask)
-    else:
-        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], to_bf16(acc, not HW), mask=mask)
+    store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om, SPLIT, not HW)
 
 
 def _pow2_at_least(x: int, lo: int) -> int:
@@ -156,24 +202,71 @@ def _block_n(bounds: list[int], want: int) -> int:
     return bn
 
 
-def config(M: int, N: int, K: int, band: str, interp: bool) -> dict:
-    """Tile configuration for a band ("decode" / "prefill"); the interpreter gets large, few tiles.
+#: Decode tile configs by name (``config(..., override)`` can also set any key; dot16 / nib8 act on e4m3
+#: activations, int8 keeps its exact int8 dot). "split": the first version (fp32 partials summed by two
+#: host launches, fp8 dot — which Triton runs as fp16 mma at M=16 on sm_90 after int→fp16→e4m3→fp16).
+#: "fused": partials summed in the kernel (last-arriving program, split order), fp16 dot. "nib8": one
+#: K=16 dot per nibble index, the packed words go straight to the mma operand layout; "nib8w": its
+#: 256-wide tile on 8 warps. Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
+DECODE = {
+    "split": dict(BN=64, num_warps=4, num_stages=4, occ=4, reduce="host"),
+    "fused": dict(BN=64, num_warps=4, num_stages=4, dot16=True),
+    "nib8": dict(BN=128, num_warps=4, num_stages=4, dot16=True, nib8=True),
+    "nib8w": dict(BN=256, num_warps=8, num_stages=3, dot16=True, nib8=True),
+}
+DECODE_DEFAULT = "nib8"
+#: Prefill tile configs by name: "k32" is the first version (128x128, K steps of 32 in the group).
+PREFILL = {
+    "k32": dict(BM=128, BN=128, KS=32, GROUP_M=8, num_warps=8, num_stages=3),
+}
+PREFILL_DEFAULT = "k32"
+_KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8"}
+
+
+def _balanced_splits(tiles: int, G: int, M: int) -> int:
+    """Split count minimising the busiest SM's work: ceil(tiles*s / SMs) programs, each streaming
+    ceil(G/s) groups plus ~1 group of pipeline ramp and M/8 groups' worth of fp32 partial traffic
+    (a [M, BN] fp32 partial written and read back vs a [128, BN] int4 group), with at least two
+    programs per SM where G allows (one program's pipeline keeps too few bytes in flight to stream at
+    full rate). Ties: fewer splits."""
+    def cost(s: int) -> float:
+        return triton.cdiv(tiles * s, _SMS) * (triton.cdiv(G, s) + 1 + (M / 8 if s > 1 else 0))
+    lo = min(G, triton.cdiv(2 * _SMS, tiles))
+    return min(range(lo, max(lo, min(G, 32)) + 1), key=lambda s: (cost(s), s))
+
+
+def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | None = None) -> dict:
+    """Tile configuration for a band ("decode" / "prefill"), with ``override`` keys replacing the
+    defaults (``splits``; ``occ`` = programs per SM the split count aims at); the interpreter gets
+    large, few tiles.
 
     KS is the k step inside a 128-group: prefill 128x128 tiles step 32 (register budget: at KS=128 the
     unpacked weight tile spills, at 32 the in-loop int4/int5 kernels do not, per ptxas for sm_90)."""
+    override = dict(override or {})
+    if override.keys() - _KEYS:
+        raise ValueError(f"w4a8_gemm config: unknown keys {sorted(override.keys() - _KEYS)}; known {sorted(_KEYS)}")
     G = K // GROUP
     if band == "decode":
-        bm = _pow2_at_least(min(M, DECODE_MAX_M), 16)
-        bn = 128 if interp else 64
+        cfg = dict(BM=_pow2_at_least(min(M, DECODE_MAX_M), 16), KS=GROUP, GROUP_M=1, **DECODE[DECODE_DEFAULT])
         if interp:
-            splits = min(2, G)
+            cfg.update(BN=128, splits=min(2, G))
+    elif interp:
+        cfg = dict(BM=32, BN=128, KS=64, GROUP_M=8, splits=1, num_warps=8, num_stages=3)
+    else:
+        cfg = dict(splits=1, **PREFILL[PREFILL_DEFAULT])
+    cfg.update(override)
+    cfg.setdefault("reduce", "kernel")
+    cfg.setdefault("dot16", False)
+    cfg.setdefault("nib8", False)
+    if "splits" not in cfg:
+        tiles = triton.cdiv(N, cfg["BN"]) * triton.cdiv(M, cfg["BM"])
+        if "occ" in cfg:  # tiles x splits ~ occ programs per SM
+            cfg["splits"] = max(1, min(G, (cfg["occ"] * _SMS) // max(1, tiles)))
         else:
-            splits = max(1, min(G, (4 * _SMS) // max(1, triton.cdiv(N, bn) * triton.cdiv(M, bm))))
-        per = triton.cdiv(G, splits)
-        return dict(BM=bm, BN=bn, KS=GROUP, GROUP_M=1, per=per, splits=triton.cdiv(G, per), num_warps=4, num_stages=4)
-    if interp:
-        return dict(BM=32, BN=128, KS=64, GROUP_M=8, per=G, splits=1, num_warps=8, num_stages=3)
-    return dict(BM=128, BN=128, KS=32, GROUP_M=8, per=G, splits=1, num_warps=8, num_stages=3)
+            cfg["splits"] = _balanced_splits(tiles, G, min(M, cfg["BM"]))
+    cfg["per"] = triton.cdiv(G, cfg["splits"])
+    cfg["splits"] = triton.cdiv(G, cfg["per"])
+    return cfg
 
 
 def resolve_band(band: str, M: int, op: str) -> str:
@@ -185,9 +278,10 @@ def resolve_band(band: str, M: int, op: str) -> str:
 
 
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
-           tensors: tuple, **constexprs) -> torch.Tensor:
-    """Shared band/tile/partition plumbing: ``kernel(*tensors, dst, M, N, K, b1, b2, stride_om,
-    groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)``; split-K partials are summed here."""
+           tensors: tuple, cfg: dict | None = None, **constexprs) -> torch.Tensor:
+    """Shared band/tile/partition plumbing: ``kernel(*tensors, ws, out, cnt, M, N, K, b1, b2, stride_om,
+    groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` where the kernel has it);
+    ``cfg`` overrides the tile config (:func:`config`)."""
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError(f"{op}: the triton backend needs contiguous weights (prepare() output, unsliced)")
     if out is None:
@@ -196,31 +290,39 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         check_out(out, M, N, op)
     if M == 0:
         return out
+    has_dot16 = "DOT16" in kernel.arg_names
+    if cfg and "dot16" in cfg and not has_dot16:
+        raise ValueError(f"{op}: dot16 is not a knob of this kernel")
     interp = triton_interpreted()
-    cfg = config(M, N, K, resolve_band(band, M, op), interp)
+    cfg = config(M, N, K, resolve_band(band, M, op), interp, cfg)
+    if cfg["reduce"] not in ("host", "kernel"):
+        raise ValueError(f"{op}: reduce must be 'host' or 'kernel', got {cfg['reduce']!r}")
     bn = _block_n(bounds, cfg["BN"])
     b = list(bounds) + [N] * (4 - len(bounds))
-    split = cfg["splits"] > 1
-    dst = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=device) if split else out
-    grid = (triton.cdiv(M, cfg["BM"]) * triton.cdiv(N, bn), cfg["splits"])
-    kernel[grid](
-        *tensors, dst, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
+    tiles = triton.cdiv(M, cfg["BM"]) * triton.cdiv(N, bn)
+    split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
+    ws = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=device) if split else out
+    cnt = torch.zeros(tiles, dtype=torch.int32, device=device) if split == 2 else out
+    if has_dot16:
+        constexprs.update(DOT16=cfg["dot16"], NIB8=cfg["nib8"])
+    kernel[(tiles, cfg["splits"])](
+        *tensors, ws, out, cnt, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
         SPLIT=split, HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **constexprs,
     )
-    if split:
-        out[:M].copy_(dst.sum(0))
+    if split == 1:
+        out[:M].copy_(ws.sum(0))
     return out
 
 
 def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "auto",
-         out: torch.Tensor | None = None) -> torch.Tensor:
-    """Triton W4A8/W5A8 GEMM → bf16 [M, N] (or rows < M of ``out``)."""
+         out: torch.Tensor | None = None, cfg: dict | None = None) -> torch.Tensor:
+    """Triton W4A8/W5A8 GEMM → bf16 [M, N] (or rows < M of ``out``); ``cfg`` overrides :func:`config`."""
     P, M, K, N, grouped = check_inputs(A, AS, RS, w, bounds, "w4a8_gemm")
     wh = w.wh if w.bits == 5 else w.wq  # unused pointer for int4
     return launch(
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
-        (A.contiguous(), AS.contiguous(), RS.contiguous(), w.wq, wh, w.sz),
+        (A.contiguous(), AS.contiguous(), RS.contiguous(), w.wq, wh, w.sz), cfg,
         BITS=w.bits, INT8=A.dtype == torch.int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )

@@ -1,0 +1,105 @@
+"""Compile the W4A8 / MXFP4 GEMM tile variants for sm_90 without a GPU and report what ptxas says.
+
+``python tools/device/sm90_report.py [decode|prefill ...]`` (TRITON_INTERPRET unset). Per variant: registers,
+spill bytes, stack, shared memory, and the SASS of the group loop (the longest loop): instructions per
+iteration and warp-instructions per weight — with 4 schedulers per SM issuing one each per cycle, the
+issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from radiance_kernels.ops.mxfp4_gemm.triton import _mxfp4_kernel
+from radiance_kernels.ops.w4a8_gemm import triton as w4
+from radiance_kernels.ops.w4a8_gemm.reference import GROUP
+
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+CLOCK_GHZ = 1.98  # H200 boost
+TYPES = {"a_ptr": "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32", "part_ptr": "*fp32",
+         "out_ptr": "*bf16", "cnt_ptr": "*i32"}
+
+
+def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8: bool = False):
+    types = {**TYPES, "a_ptr": "*i8" if int8 else "*u8"}
+    sig = {n: "constexpr" if n in constexprs else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
+           for n in kernel.arg_names}
+    if kernel is _mxfp4_kernel:
+        sig["ws_ptr"] = "*u8"
+    return triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def ptxas_report(ptx: str) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    err = subprocess.run([os.path.join(BIN, "ptxas"), "--gpu-name=sm_90a", "-v", f.name, "-o", os.devnull],
+                         capture_output=True, text=True).stderr
+    os.unlink(f.name)
+    num = lambda pat: int(re.search(pat, err).group(1))  # noqa: E731
+    return {"regs": num(r"Used (\d+) registers"), "spill_st": num(r"(\d+) bytes spill stores"),
+            "spill_ld": num(r"(\d+) bytes spill loads"), "stack": num(r"(\d+) bytes stack frame")}
+
+
+def loop_sass(cubin: bytes) -> tuple[int, Counter]:
+    """Instruction count and opcode histogram of the longest backward-branch loop."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
+    best: list[str] = []
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA `?\(?(\.L_x_\d+)", line)
+        if m and labels.get(m.group(1), i) < i and i - labels[m.group(1)] > len(best):
+            best = lines[labels[m.group(1)]:i + 1]
+    ops = [m.group(1) for line in best if (m := re.match(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", line))]
+    return len(ops), Counter(ops)
+
+
+def w4a8_variants(band: str) -> list[tuple[str, object, dict, dict]]:
+    """(name, kernel, constexprs, launch options) for the configs :func:`w4.config` gives the band."""
+    out = []
+    names = w4.DECODE if band == "decode" else w4.PREFILL
+    for name in names:
+        cfg = w4.config(16 if band == "decode" else 2048, 14336, 5120, band, False,
+                        w4.DECODE[name] if band == "decode" else w4.PREFILL[name])
+        split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
+        tiles = dict(SPLIT=split, HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
+        opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        elems = [("int4 e4m3 group", 4, False, True, False), ("int5 e4m3 token", 5, False, False, False),
+                 ("int4 int8 group ZPE", 4, True, True, True)]
+        for label, bits, int8, grouped, zpe in elems:
+            ce = dict(BITS=bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, DOT16=cfg["dot16"], NIB8=cfg["nib8"], BG=16,
+                      ZPE_PREC="tf32x3", **tiles)
+            out.append((f"w4a8 {band} {name} {label}", w4._w4a8_kernel, ce, {**opts, "int8": int8},
+                        cfg["BN"] * GROUP))
+        out.append((f"mxfp4 {band} {name}", _mxfp4_kernel, tiles, opts, cfg["BN"] * GROUP))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    for band in argv or ["decode", "prefill"]:
+        for name, kernel, ce, opts, weights in w4a8_variants(band):
+            c = compile_sm90(kernel, ce, **opts)
+            rep = ptxas_report(c.asm["ptx"])
+            n, hist = loop_sass(c.asm["cubin"])
+            top = " ".join(f"{k}:{v}" for k, v in hist.most_common(8))
+            print(f"{name:40s} regs {rep['regs']:3d} spill {rep['spill_st']}/{rep['spill_ld']} B "
+                  f"stack {rep['stack']} smem {c.metadata.shared} | loop {n} instr, "
+                  f"{n * opts['num_warps'] / weights:.3f} warp-instr/weight | {top}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
