@@ -54,7 +54,7 @@ def test_verify_detects_wrong_nibble_order(int4, base, tmp_path):
 
     _edit(int4_copy, f"{Q}.qweight", swap)
     paroquant.verify(int4_copy)  # without the base the order is not observable
-    with pytest.raises(CheckpointError, match=rf"{Q}.qweight: dequantised weight is .* relRMS"):
+    with pytest.raises(CheckpointError, match=rf"{Q}.qweight: quantized linear output is .* relRMS"):
         paroquant.verify(int4_copy, base=base)
 
 

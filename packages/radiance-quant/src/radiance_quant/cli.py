@@ -67,11 +67,12 @@ def verify(
     checkpoint: Path,
     base: Path = typer.Option(None, help="The bf16 model it was made from: also checks nibble order + rotation."),
     report: Path = typer.Option(None, help="Write the JSON report here."),
+    identity_groups: int = typer.Option(4, help="128-groups per linear for the dense-vs-Givens identity (0 = all)."),
 ) -> None:
     """Verify a ParoQuant int4 / int5 or MXFP4-PARO checkpoint: shapes, dtypes, pairs, theta, scales, identity."""
     from radiance_quant.paroquant import verify as run
 
-    r = _run(lambda: run(checkpoint, base=base), report)
+    r = _run(lambda: run(checkpoint, base=base, groups=identity_groups), report)
     typer.echo(
         f"OK {len(r['linears'])} quantized linears, max identity rel {r['max_identity_rel']:.2e}, "
         f"unquantized: {sorted(r['unquantized'])}"
