@@ -128,16 +128,14 @@ def _modules(ck: Checkpoint) -> list[str]:
     return sorted(out | {n[: -len(".weight")] for n in ck.names() if n.endswith(".weight") and len(ck.spec(n)[1]) == 2})
 
 
-def convert(
-    src_dir, out_dir, rule: str = "mse", fp8_layers: str = "mxfp4", lm_head: str = "bf16", in_proj_ab: bool = False
-) -> dict:
+def convert(src_dir, out_dir, rule: str = "mse", fp8_layers: str = "mxfp4", in_proj_ab: bool = False) -> dict:
     """NVFP4 (compressed-tensors) checkpoint -> MXFP4 checkpoint (resumable, atomic); returns the report.
 
     NVFP4 linears -> MXFP4; FP8 per-channel linears -> MXFP4 (`fp8_layers="mxfp4"`) or bf16 ("bf16");
     lm_head -> bf16; bf16 GDN in_proj_a/b -> MXFP4 when `in_proj_ab`. Activation scales are dropped.
     """
-    if rule not in ("mse", "ocp") or fp8_layers not in ("mxfp4", "bf16") or lm_head != "bf16":
-        raise CheckpointError(f"convert: bad options rule={rule!r} fp8_layers={fp8_layers!r} lm_head={lm_head!r}")
+    if rule not in ("mse", "ocp") or fp8_layers not in ("mxfp4", "bf16"):
+        raise CheckpointError(f"convert: bad options rule={rule!r} (mse|ocp) fp8_layers={fp8_layers!r} (mxfp4|bf16)")
     t0 = time.perf_counter()
     src = Checkpoint(src_dir)
     qc = src.config.get("quantization_config", {})
@@ -201,7 +199,7 @@ def convert(
         return out
 
     plan = units(src.names())
-    options = {"rule": rule, "fp8_layers": fp8_layers, "lm_head": lm_head, "in_proj_ab": in_proj_ab}
+    options = {"rule": rule, "fp8_layers": fp8_layers, "in_proj_ab": in_proj_ab}
     job = Job(
         out_dir, {"tool": "nvfp4-to-mxfp4", "format_version": 1, "source": src.fingerprint()} | options, list(plan)
     )
