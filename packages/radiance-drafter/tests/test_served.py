@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from test_loop import SAMPLING, loop  # noqa: F401  (the module fixture: capture, train, proxies)
 
+from radiance_drafter.capture import CaptureSet, capture
 from radiance_drafter.compare import compare
 from radiance_drafter.prompts import split_heldout
 from radiance_drafter.served import ServedEval
@@ -16,9 +18,12 @@ from radiance_vllm.server import VLLMServer
 
 
 def serve_and_eval(target: Path, drafter: Path, work: Path, prompts, label: str) -> dict:
+    """Served evaluation of one drafter; also captures the first prompts with the served answers."""
     spec = {"method": "dflash", "model": str(drafter), "num_speculative_tokens": 7}
     with VLLMServer(model=target, workdir=work / f"srv-{label}", args=["--speculative-config", json.dumps(spec)],
                     env={"VLLM_PLUGINS": ""}) as srv:
+        capture(prompts[:6], target, work / f"cap-served-{label}", (0, 1), SAMPLING, answers_url=srv.url,
+                served_model=srv.model_name)
         return ServedEval(srv.url, srv.model_name, target).run(prompts, SAMPLING, label)
 
 
@@ -29,6 +34,9 @@ def test_served_dflash_ab_matches_proxy_ordering(loop, tiny_target, prompts):  #
     results = {label: serve_and_eval(tiny_target, d, work, held, label)
                for label, d in (("untrained", work / "init"), ("trained", work / "run" / "drafter"))}
     (work / "served.json").write_text(json.dumps(results, indent=2))
+    in_process = {s.id: s.tokens for s in CaptureSet(work / "cap-heldout")}
+    for s in CaptureSet(work / "cap-served-trained"):  # greedy served answers == the target's own (fp32)
+        assert torch.equal(s.tokens, in_process[s.id]), s.id
     for label, r in results.items():
         proxy = proxies[label]
         print(f"served {label}: acc/draft {r['acc_per_draft']:.4f} over {r['drafts']} drafts, "
