@@ -51,6 +51,14 @@ def workspace(session: nox.Session) -> None:
 
 
 @nox.session
+def producers(session: nox.Session) -> None:
+    """radiance-quant against the real producers (z-lab paroquant, llm-compressor), each installed from
+    PyPI into a throwaway venv by the tests (they pin compressed-tensors apart from vLLM's)."""
+    _sync(session, "--package", "radiance-quant", "--group", "test")
+    _pytest(session, "packages/radiance-quant/tests/test_external.py", "--external")
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
