@@ -133,3 +133,12 @@ def test_unquantized_modules_are_detected_from_the_checkpoint():
     cfg.quantized_modules = frozenset({"model.layers.0.mlp.gate_proj"})
     with pytest.raises(CheckpointError, match=r"mixes quantized \['model.layers.0.mlp.gate_proj'\]"):
         cfg.get_quant_method(layer, PREFIX)
+
+
+def test_qkvz_like_four_partitions_run_as_two_rotations():
+    from radiance_vllm.rotation_params import runs_of
+
+    a, b = random_rotation(K, 8, seed=1), random_rotation(K, 8, seed=2)
+    recs = [a, a, a, b]
+    pairs, theta, scales = (torch.stack([r[i] for r in recs]) for i in range(3))
+    assert runs_of(pairs, theta, scales[:, 0]) == [(0, 3), (3, 4)]
