@@ -166,7 +166,8 @@ class Client:
                 break
             if out.chunk_times:  # a stream that broke after tokens arrived is not replayed
                 break
-            await asyncio.sleep(min(self.backoff * 2**attempt, max(self._remaining(), 0)))
+            if attempt < self.retries:
+                await asyncio.sleep(min(self.backoff * 2**attempt, max(self._remaining(), 0)))
         if not (optional and out.error == "http_404"):
             self.errors[out.error] += 1
         return out
