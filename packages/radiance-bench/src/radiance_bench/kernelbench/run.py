@@ -17,14 +17,14 @@ from pathlib import Path
 
 import torch
 
-from radiance_bench.kernelbench import ceilings, peers
+from radiance_bench.kernelbench import ceilings, peers, variants
 from radiance_bench.kernelbench.cases import activations, w4_weight, w4a8_linear
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
 from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
 PREFILL_M = (2048, 8192)
-SECTIONS = ("ceilings", "decode", "skinny", "prefill", "producer", "stack")
+SECTIONS = ("ceilings", "decode", "skinny", "prefill", "producer", "stack", "decode_variants", "prefill_variants")
 
 
 def _record(results: list, section: str, kernel: str, t, **fields) -> dict:
@@ -166,6 +166,16 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
     limit_us = total / (max(ceil["copy_TBps"], ceil["read_TBps"]) * 1e12) * 1e6  # weights are only read
     _record(results, "stack", f"64-layer linears int{bits} M={M}", t, M=M, weight_bytes=total, limit_us=limit_us,
             vs_limit=t.best_us / limit_us)
+
+
+def decode_variants(results: list, ceil: dict) -> None:
+    """A/B of the W4A8 GEMM's named decode tile configs (:mod:`.variants`)."""
+    variants.decode_variants(partial(_record, results), results, ceil)
+
+
+def prefill_variants(results: list, ceil: dict) -> None:
+    """A/B of the W4A8 GEMM's named prefill tile configs (:mod:`.variants`)."""
+    variants.prefill_variants(partial(_record, results), results, ceil)
 
 
 def main(argv=None) -> int:

@@ -110,6 +110,8 @@ def _w4a8_kernel(
     offs_k = tl.arange(0, KS)
     mask_m = offs_m < M
     mask_n = offs_n < N
+    if HW and not INT8:  # typed fp8 loads: the tile can feed the dot (and its pipeline) with no cast op
+        a_ptr = a_ptr.to(tl.pointer_type(tl.float8e4nv))
     a_rows = a_ptr + part.to(tl.int64) * M * K + offs_m.to(tl.int64)[:, None] * K
     rs_rows = rs_ptr + part * M * G + offs_m * G
     if GROUP_AS:
@@ -136,14 +138,14 @@ def _w4a8_kernel(
                 hi = tl.load(wh_ptr + (g * 4 + offs_i // 4)[:, None] * N + offs_n[None, :], mask=mask_n[None, :],
                              other=0) >> (8 * (offs_i % 4))[:, None]
             for j in tl.static_range(8):
-                a = tl.load(a_rows + g * BK + 8 * offs_i[None, :] + j, mask=mask_m[:, None], other=0)
+                a = tl.load(a_rows + g * BK + 8 * offs_i[None, :] + j, mask=mask_m[:, None], other=0.0)
                 c = (words >> (4 * j)) & 15
                 if BITS == 5:
                     c = c | (((hi >> j) & 1) << 4)
                 t = dot16(a, c, t, OFF, HW)
         for kk in tl.static_range(0, 0 if NIB else BK, KS):  # KS-wide steps through the group
             k0 = g * BK + kk
-            a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0)
+            a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0.0)
             c = load_nibbles(wq_ptr, k0, offs_n, mask_n, N, KS, BN)
             if BITS == 5:
                 wh = tl.load(wh_ptr + (k0 // 32 + offs_h)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
@@ -209,15 +211,21 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: K=16 dot per nibble index, the packed words go straight to the mma operand layout; "nib8w": its
 #: 256-wide tile on 8 warps. Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 DECODE = {
-    "split": dict(BN=64, num_warps=4, num_stages=4, occ=4, reduce="host"),
-    "fused": dict(BN=64, num_warps=4, num_stages=4, dot16=True),
-    "nib8": dict(BN=128, num_warps=4, num_stages=4, dot16=True, nib8=True),
-    "nib8w": dict(BN=256, num_warps=8, num_stages=3, dot16=True, nib8=True),
+    "split": dict(BN=64, num_warps=4, num_stages=4, occ=4, reduce="host", dot16=False, nib8=False),
+    "fused": dict(BN=64, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=False),
+    "nib8": dict(BN=128, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=True),
+    "nib8w": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
 }
 DECODE_DEFAULT = "nib8"
-#: Prefill tile configs by name: "k32" is the first version (128x128, K steps of 32 in the group).
+#: Prefill tile configs by name: "k32" is the first version (128x128, K steps of 32 in the group);
+#: "k64" steps 64 (half the wgmma issues and scale-fold barriers; no spill since the activation tile
+#: loads as fp8 straight into the wgmma's shared operand), "k64s4" adds a pipeline stage, "n256" is
+#: 128x256 (fewest instructions per MAC, ~1 KB spill per ptxas).
 PREFILL = {
     "k32": dict(BM=128, BN=128, KS=32, GROUP_M=8, num_warps=8, num_stages=3),
+    "k64": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=3),
+    "k64s4": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=4),
+    "n256": dict(BM=128, BN=256, KS=32, GROUP_M=8, num_warps=8, num_stages=3),
 }
 PREFILL_DEFAULT = "k32"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8"}
@@ -237,8 +245,8 @@ def _balanced_splits(tiles: int, G: int, M: int) -> int:
 
 def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | None = None) -> dict:
     """Tile configuration for a band ("decode" / "prefill"), with ``override`` keys replacing the
-    defaults (``splits``; ``occ`` = programs per SM the split count aims at); the interpreter gets
-    large, few tiles.
+    defaults (a whole named config of :data:`DECODE` / :data:`PREFILL`, or single keys; ``splits``
+    fixes the split count); the interpreter gets large, few tiles.
 
     KS is the k step inside a 128-group: prefill 128x128 tiles step 32 (register budget: at KS=128 the
     unpacked weight tile spills, at 32 the in-loop int4/int5 kernels do not, per ptxas for sm_90)."""
@@ -254,13 +262,10 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         cfg = dict(BM=32, BN=128, KS=64, GROUP_M=8, splits=1, num_warps=8, num_stages=3)
     else:
         cfg = dict(splits=1, **PREFILL[PREFILL_DEFAULT])
-    cfg.update(override)
-    cfg.setdefault("reduce", "kernel")
-    cfg.setdefault("dot16", False)
-    cfg.setdefault("nib8", False)
+    cfg = dict(occ=None, reduce="kernel", dot16=False, nib8=False) | cfg | override
     if "splits" not in cfg:
         tiles = triton.cdiv(N, cfg["BN"]) * triton.cdiv(M, cfg["BM"])
-        if "occ" in cfg:  # tiles x splits ~ occ programs per SM
+        if cfg["occ"]:  # tiles x splits ~ occ programs per SM
             cfg["splits"] = max(1, min(G, (cfg["occ"] * _SMS) // max(1, tiles)))
         else:
             cfg["splits"] = _balanced_splits(tiles, G, min(M, cfg["BM"]))

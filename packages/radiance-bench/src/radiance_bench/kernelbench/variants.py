@@ -1,0 +1,78 @@
+"""A/B sections: the W4A8 GEMM's named tile configs side by side in one process.
+
+``decode_variants``: every config of ``w4a8_gemm.triton.DECODE`` at M = 1, 8, 16 on each TP=1 shape;
+``prefill_variants``: every config of ``PREFILL`` at M = 2048 on three shapes. The GEMM alone, int4,
+e4m3 per-group activations (the served decode format) pre-quantised by ``rotate_quant``, weights
+DRAM-fed. Each row carries its split count and its relative error against the first config's output
+(the first version, checked against the reference at full shapes).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from radiance_bench.kernelbench.cases import activations, w4_weight
+from radiance_bench.kernelbench.timing import copies_needed, graph_time
+from radiance_kernels.ops.w4a8_gemm import triton as w4
+from radiance_kernels.shapes import projections
+
+DECODE_M = (1, 8, 16)
+PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def _pre(x, wt, elem="e4m3", gran="group"):
+    return torch.ops.radiance.rotate_quant(x, wt.pairs, wt.theta, wt.cs, elem, gran, "triton")
+
+
+def _rows(record, results: list, section: str, configs: dict, band: str, weights, pres, flops: float, meta: dict,
+          ceil: dict, min_calls: int) -> None:
+    """Time each config; ``record(section, kernel, timing, **fields)`` writes a row."""
+    first = None
+    for name, cfg in configs.items():
+        try:
+            calls = [partial(w4.gemm, *pre, wt.w, wt.bounds, False, band, cfg=cfg)
+                     for wt, pre in zip(weights, pres, strict=True)]
+            out = calls[0]()
+            first = out if first is None else first
+            t = graph_time(calls, min_calls=min_calls)
+        except Exception as exc:  # noqa: BLE001 - a config that fails is recorded, the others still run
+            results.append({"section": section, "kernel": f"w4a8 gemm int4 {name}", **meta,
+                            "error": f"{type(exc).__name__}: {exc}"[:300]})
+            continue
+        sec = t.best_us * 1e-6
+        full = w4.config(meta["M"], meta["N"], meta["K"], band, False, cfg)
+        tbps = weights[0].nbytes / sec / 1e12
+        record(section, f"w4a8 gemm int4 {name}", t, **meta, splits=full["splits"], rel_vs_first=_rel(out, first),
+               weight_TBps=tbps, frac_copy=tbps / ceil["copy_TBps"], frac_read=tbps / ceil["read_TBps"],
+               TFLOPs=flops / sec / 1e12)
+
+
+def decode_variants(record, results: list, ceil: dict) -> None:
+    for proj in projections(1):
+        if proj.name == "gdn.in_proj_ba":
+            continue
+        weights = [w4_weight(proj, 4, seed=i) for i in range(copies_needed(w4_weight(proj, 4, 0).nbytes))]
+        for M in DECODE_M:
+            x = activations(M, proj.K, seed=M)
+            pres = [_pre(x, wt) for wt in weights]
+            meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
+            _rows(record, results, "decode_variants", w4.DECODE, "decode", weights, pres, 2 * M * proj.N * proj.K, meta,
+                  ceil, 64)
+        del weights
+
+
+def prefill_variants(record, results: list, ceil: dict, M: int = 2048) -> None:
+    for proj in projections(1):
+        if proj.name not in PREFILL_SHAPES:
+            continue
+        weights = [w4_weight(proj, 4, seed=0)]
+        pres = [_pre(activations(M, proj.K, seed=M), weights[0])]
+        meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
+        _rows(record, results, "prefill_variants", w4.PREFILL, "prefill", weights, pres, 2 * M * proj.N * proj.K, meta,
+              ceil, 8)
