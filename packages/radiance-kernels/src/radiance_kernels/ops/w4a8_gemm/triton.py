@@ -263,6 +263,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[PREFILL_DEFAULT])
     cfg = dict(occ=None, reduce="kernel", dot16=False, nib8=False) | cfg | override
+    if band == "decode":  # BM x BN <= 4096: at BM=64 a 128-wide tile spills ~800 B (ptxas sm_90)
+        cfg["BN"] = min(cfg["BN"], max(64, 4096 // cfg["BM"]))
     if "splits" not in cfg:
         tiles = triton.cdiv(N, cfg["BN"]) * triton.cdiv(M, cfg["BM"])
         if cfg["occ"]:  # tiles x splits ~ occ programs per SM
