@@ -9,12 +9,16 @@ One kernel, parametrised by constexprs: weight bits (4/5), activation element (e
   and far fewer registers than the FMA dot; "ieee" elsewhere).
 Each N-block takes its activation partition from the bounds (``n0 >= b1``, ``n0 >= b2``).
 
-Bands (dispatch by M in :func:`gemm`): decode (M <= DECODE_MAX_M, tiles 16..64 x 64) splits the groups
-over a second grid axis into an fp32 workspace ``[S, M, N]`` summed in a second stage (deterministic);
-prefill tiles 128x128 (8 warps) over M, N in grouped launch order. The loop runs over 128-groups (the
-scale group, one fold each) in KS-wide dot steps. The signed weight code ``c = q - 2^(b-1)`` is
-converted to e4m3 exactly (fp16 → fp8 hardware convert on GPUs, the integer encoder under the
-interpreter). All configs compile for sm_90 (ptxas) with at most ~144 B of spill.
+Bands (dispatch by M in :func:`gemm`; tiles by name in :data:`DECODE` / :data:`PREFILL`, any key
+overridable per call): decode (M <= DECODE_MAX_M, BM 16..64) splits the groups over a second grid
+axis; the fp32 partials ``[S, M, N]`` are summed in split order by the tile's last-arriving program
+(deterministic; the first version summed them in two host launches). Prefill tiles 128x128 (8 warps)
+over M, N in grouped launch order. The loop runs over 128-groups (the scale group, one fold each).
+Weight codes into the dot, e4m3 activations: fp8 dot on the KS-wide unpacked tile (``c - 2^(b-1)``
+to e4m3 by one fp16 → fp8 convert on GPUs, the integer encoder under the interpreter), or with
+``dot16`` an fp16 dot (:func:`dot16`), with ``nib8`` per nibble index (no reshape of the packed
+words, which then load straight into the mma operand layout). int8 activations: int8 x int8 dot.
+Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90, no GPU needed).
 """
 
 from __future__ import annotations
