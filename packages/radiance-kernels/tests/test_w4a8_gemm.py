@@ -127,7 +127,7 @@ def test_triton_matches_reference(bits, elem, grouped, zpe, band, device):
     assert r <= REL and mx <= 4 * REL, (r, mx)
 
 
-@pytest.mark.parametrize("name", ["split", "fused", "nib8", "nib8w"])
+@pytest.mark.parametrize("name", ["split", "fused", "nib8", "nib8w", "nib8x"])
 def test_decode_configs(name, device):
     """Every named decode tile config (the bench's A/B) at 3 splits: kernel == reference."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl

@@ -213,12 +213,14 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: host launches, fp8 dot — which Triton runs as fp16 mma at M=16 on sm_90 after int→fp16→e4m3→fp16).
 #: "fused": partials summed in the kernel (last-arriving program, split order), fp16 dot. "nib8": one
 #: K=16 dot per nibble index, the packed words go straight to the mma operand layout; "nib8w": its
-#: 256-wide tile on 8 warps. Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
+#: 256-wide tile on 8 warps; "nib8x": 256 wide on 4 warps (per-warp activation work over twice the
+#: columns; ~240 registers, 2 programs per SM). Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 DECODE = {
     "split": dict(BN=64, num_warps=4, num_stages=4, occ=4, reduce="host", dot16=False, nib8=False),
     "fused": dict(BN=64, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=False),
     "nib8": dict(BN=128, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=True),
     "nib8w": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
+    "nib8x": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
 }
 DECODE_DEFAULT = "nib8"
 #: Prefill tile configs by name: "k32" is the first version (128x128, K steps of 32 in the group);
