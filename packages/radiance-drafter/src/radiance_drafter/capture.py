@@ -38,7 +38,8 @@ def capture(prompts: list[Prompt], target_dir: str | Path, out_dir: str | Path, 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     settings = {"format": FORMAT, "target": str(target_dir), "target_layer_ids": list(layer_ids),
-                "sampling": sampling.asdict(), "answers": answers_url or "in-process", "shard_size": shard_size}
+                "sampling": sampling.asdict(), "shard_size": shard_size,
+                "answers": f"served:{served_model or target_dir}" if answers_url else "in-process"}
     index = _open_index(out, settings)
     done = {s["id"] for sh in index["shards"] for s in sh["samples"]}
     todo = [p for p in prompts if p.id not in done]
