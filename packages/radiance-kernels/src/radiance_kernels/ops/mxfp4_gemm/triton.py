@@ -1,5 +1,7 @@
 """MXFP4 x e4m3 GEMM kernel (layout and math: :mod:`.reference`); bands, tiles, grouped order and
-partition select are the W4A8 GEMM's (:func:`radiance_kernels.ops.w4a8_gemm.triton.launch`).
+partition select are the W4A8 GEMM's (:func:`radiance_kernels.ops.w4a8_gemm.triton.launch`); decode
+takes its "fused" tile (64 wide, split partials summed in the kernel: no spill at sm_90, where the
+128-wide default tile spills ~200 B here).
 
 Convert-and-dot: per 128-k tile the e2m1 codes are decoded and multiplied by their block's 2^(e-127)
 (exact in fp32 and in bf16), the e4m3 activations are upcast exactly, and one ``tl.dot`` accumulates in
@@ -62,4 +64,4 @@ def gemm(A, AS, w: MXPrepared, bounds: list[int], band: str = "auto", out: torch
     """Triton MXFP4 x e4m3 GEMM → bf16 [M, N] (or rows < M of ``out``); ``cfg`` overrides the tile config."""
     P, M, K, N = check_inputs(A, AS, w, bounds, "mxfp4_gemm")
     return launch(_mxfp4_kernel, M, N, K, bounds, band, out, A.device, "mxfp4_gemm",
-                  (A.contiguous(), AS.contiguous(), w.wp, w.ws), cfg)
+                  (A.contiguous(), AS.contiguous(), w.wp, w.ws), cfg, decode="fused")

@@ -214,7 +214,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: "fused": partials summed in the kernel (last-arriving program, split order), fp16 dot. "nib8": one
 #: K=16 dot per nibble index, the packed words go straight to the mma operand layout; "nib8w": its
 #: 256-wide tile on 8 warps; "nib8x": 256 wide on 4 warps (per-warp activation work over twice the
-#: columns; ~240 registers, 2 programs per SM). Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
+#: columns; ~240 registers, 2 programs per SM). Splits: "occ" aims at occ programs per SM, otherwise
+#: :func:`_balanced_splits`.
 DECODE = {
     "split": dict(BN=64, num_warps=4, num_stages=4, occ=4, reduce="host", dot16=False, nib8=False),
     "fused": dict(BN=64, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=False),
@@ -249,10 +250,11 @@ def _balanced_splits(tiles: int, G: int, M: int) -> int:
     return min(range(lo, max(lo, min(G, 32)) + 1), key=lambda s: (cost(s), s))
 
 
-def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | None = None) -> dict:
+def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | None = None,
+           decode: str = DECODE_DEFAULT) -> dict:
     """Tile configuration for a band ("decode" / "prefill"), with ``override`` keys replacing the
     defaults (a whole named config of :data:`DECODE` / :data:`PREFILL`, or single keys; ``splits``
-    fixes the split count); the interpreter gets large, few tiles.
+    fixes the split count); ``decode`` names the decode default; the interpreter gets large, few tiles.
 
     KS is the k step inside a 128-group: prefill 128x128 tiles step 32 (register budget: at KS=128 the
     unpacked weight tile spills, at 32 the in-loop int4/int5 kernels do not, per ptxas for sm_90)."""
@@ -261,7 +263,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError(f"w4a8_gemm config: unknown keys {sorted(override.keys() - _KEYS)}; known {sorted(_KEYS)}")
     G = K // GROUP
     if band == "decode":
-        cfg = dict(BM=_pow2_at_least(min(M, DECODE_MAX_M), 16), KS=GROUP, GROUP_M=1, **DECODE[DECODE_DEFAULT])
+        cfg = dict(BM=_pow2_at_least(min(M, DECODE_MAX_M), 16), KS=GROUP, GROUP_M=1, **DECODE[decode])
         if interp:
             cfg.update(BN=128, splits=min(2, G))
     elif interp:
@@ -291,10 +293,10 @@ def resolve_band(band: str, M: int, op: str) -> str:
 
 
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
-           tensors: tuple, cfg: dict | None = None, **constexprs) -> torch.Tensor:
+           tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, ws, out, cnt, M, N, K, b1, b2, stride_om,
     groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` where the kernel has it);
-    ``cfg`` overrides the tile config (:func:`config`)."""
+    ``cfg`` overrides the tile config, ``decode`` names the decode default (:func:`config`)."""
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError(f"{op}: the triton backend needs contiguous weights (prepare() output, unsliced)")
     if out is None:
@@ -307,7 +309,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if cfg and "dot16" in cfg and not has_dot16:
         raise ValueError(f"{op}: dot16 is not a knob of this kernel")
     interp = triton_interpreted()
-    cfg = config(M, N, K, resolve_band(band, M, op), interp, cfg)
+    cfg = config(M, N, K, resolve_band(band, M, op), interp, cfg, decode)
     if cfg["reduce"] not in ("host", "kernel"):
         raise ValueError(f"{op}: reduce must be 'host' or 'kernel', got {cfg['reduce']!r}")
     bn = _block_n(bounds, cfg["BN"])
