@@ -63,15 +63,21 @@ def load_nibbles(w_ptr, k0, offs_n, mask_n, N, BK: tl.constexpr, BN: tl.constexp
 
 
 @triton.jit
-def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr):
-    """``acc + a · (c - OFF)`` for e4m3 codes ``a`` and unsigned weight codes ``c < 32`` with fp16 operands:
-    ``c | 0x6400`` is the fp16 ``1024 + c`` (no int→float convert), minus ``1024 + OFF`` exactly; e4m3 is
-    exact in fp16, the products exact in the fp32 sum (fp32 operands under the interpreter)."""
-    w = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + OFF)
+def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0):
+    """``acc + a · (q - OFF)`` for e4m3 codes ``a`` and weight codes ``c = q << SH`` (``q < 32``, SH 0 or 4)
+    with fp16 operands: ``c | 0x6400`` is the fp16 ``1024 + c`` (no int→float convert), minus
+    ``1024 + (OFF << SH)`` exactly = ``2^SH (q - OFF)``; ``a`` is taken times ``2^-SH`` (exact in fp16 for
+    every e4m3 value), so the products are exact in the fp32 sum (fp32 operands under the interpreter)."""
+    w = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + (OFF << SH))
     a = a.to(tl.float8e4nv, bitcast=True)
     if HW:
-        return tl.dot(a.to(tl.float16), w, acc)
-    return tl.dot(a.to(tl.float32), w.to(tl.float32), acc)
+        a = a.to(tl.float16)
+    else:
+        a = a.to(tl.float32)
+        w = w.to(tl.float32)
+    if SH:
+        a = a * (1.0 / (1 << SH))
+    return tl.dot(a, w, acc)
 
 
 @triton.jit
@@ -141,12 +147,14 @@ def _w4a8_kernel(
             if BITS == 5:  # bit 4 of q[k] is bit 8(i%4) + j of wh[g*4 + i//4]
                 hi = tl.load(wh_ptr + (g * 4 + offs_i // 4)[:, None] * N + offs_n[None, :], mask=mask_n[None, :],
                              other=0) >> (8 * (offs_i % 4))[:, None]
-            for j in tl.static_range(8):
-                a = tl.load(a_rows + g * BK + 8 * offs_i[None, :] + j, mask=mask_m[:, None], other=0.0)
-                c = (words >> (4 * j)) & 15
-                if BITS == 5:
-                    c = c | (((hi >> j) & 1) << 4)
-                t = dot16(a, c, t, OFF, HW)
+            for jp in tl.static_range(4):  # nibbles 2jp, 2jp+1 from one shift: the odd one as 16 q (dot16 SH=4)
+                x = words >> (8 * jp)
+                for h in tl.static_range(2):
+                    a = tl.load(a_rows + g * BK + 8 * offs_i[None, :] + 2 * jp + h, mask=mask_m[:, None], other=0.0)
+                    c = x & (15 << (4 * h))
+                    if BITS == 5:
+                        c = c | (((hi >> (2 * jp + h)) & 1) << (4 + 4 * h))
+                    t = dot16(a, c, t, OFF, HW, 4 * h)
         for kk in tl.static_range(0, 0 if NIB else BK, KS):  # KS-wide steps through the group
             k0 = g * BK + kk
             a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0.0)
