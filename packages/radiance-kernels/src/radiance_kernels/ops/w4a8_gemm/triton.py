@@ -231,7 +231,7 @@ DECODE = {
     "nib8w": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
     "nib8x": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
 }
-DECODE_DEFAULT = "nib8"
+DECODE_DEFAULT = "nib8x"
 #: Prefill tile configs by name: "k32" is the first version (128x128, K steps of 32 in the group);
 #: "k64" steps 64 (half the wgmma issues and scale-fold barriers; no spill since the activation tile
 #: loads as fp8 straight into the wgmma's shared operand), "k64s4" adds a pipeline stage, "n256" is
