@@ -44,6 +44,12 @@ class Context:
             self._cache[key] = build()
         return self._cache[key]
 
+    def release(self, key: str) -> None:
+        """Drop a cached fixture now, stopping it if it is a server (frees memory for later areas)."""
+        obj = self._cache.pop(key, None)
+        if obj is not None and hasattr(obj, "stop"):
+            obj.stop()
+
     def on_close(self, fn: Callable[[], None]) -> None:
         self._cleanups.append(fn)
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from gates.core import Row, fmt
-from radiance_quant.tiny import build_tiny_qwen3
+from gates.serve import tiny_model
 from radiance_vllm.served_checks import PROMPTS, format_report, sequential_texts, stream_concurrently
 from radiance_vllm.served_formats import BAD_PAIRS_MESSAGE, FORMATS, corrupt_pairs
 from radiance_vllm.server import VLLMServer
@@ -24,10 +24,6 @@ KL_BAR = 1e-4
 ACT_FRACTION = 0.1
 SINGLE_PROCESS_ARGS = ["--max-logprobs", "-1", "--distributed-executor-backend", "uni"]
 SINGLE_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-
-
-def tiny_model(ctx):
-    return ctx.cached("model:tiny-qwen3", lambda: build_tiny_qwen3(ctx.workdir / "tiny-qwen3", seed=0))
 
 
 def checkpoint(ctx, name: str):
