@@ -1,7 +1,7 @@
 """MXFP4 x e4m3 GEMM kernel (layout and math: :mod:`.reference`); bands, tiles, grouped order and
 partition select are the W4A8 GEMM's (:func:`radiance_kernels.ops.w4a8_gemm.triton.launch`); decode
-takes its "fused" tile (64 wide, split partials summed in the kernel: no spill at sm_90, where the
-128-wide default tile spills ~200 B here).
+takes its "fused" tile (64 wide, split partials summed in the kernel; 211 registers, no spill at sm_90,
+where the wider nib8 tiles spill or reach 255 registers for this kernel).
 
 Convert-and-dot: per 128-k tile the e2m1 codes are decoded and multiplied by their block's 2^(e-127)
 (exact in fp32 and in bf16), the e4m3 activations are upcast exactly, and one ``tl.dot`` accumulates in
