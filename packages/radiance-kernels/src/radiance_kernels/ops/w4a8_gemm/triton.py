@@ -222,8 +222,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: "fused": partials summed in the kernel (last-arriving program, split order), fp16 dot. "nib8": one
 #: K=16 dot per nibble index, the packed words go straight to the mma operand layout; "nib8w": its
 #: 256-wide tile on 8 warps; "nib8x": 256 wide on 4 warps (per-warp activation work over twice the
-#: columns; 188 registers, 2 programs per SM). Nibble pairs share one shift (:func:`dot16` SH). Splits: "occ" aims at occ programs per SM, otherwise
-#: :func:`_balanced_splits`.
+#: columns; 188 registers, 2 programs per SM). Nibble pairs share one shift (:func:`dot16` SH).
+#: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 DECODE = {
     "split": dict(BN=64, num_warps=4, num_stages=4, occ=4, reduce="host", dot16=False, nib8=False),
     "fused": dict(BN=64, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=False),
