@@ -48,9 +48,10 @@ def _rows(record, results: list, section: str, configs: dict, band: str, weights
         sec = t.best_us * 1e-6
         full = w4.config(meta["M"], meta["N"], meta["K"], band, False, cfg)
         tbps = weights[0].nbytes / sec / 1e12
+        rate = (dict(frac_copy=tbps / ceil["copy_TBps"], frac_read=tbps / ceil["read_TBps"]) if band == "decode"
+                else dict(frac_fp8_ceiling=flops / sec / 1e12 / ceil["fp8_TFLOPs"]))
         record(section, f"w4a8 gemm int4 {name}", t, **meta, splits=full["splits"], rel_vs_first=_rel(out, first),
-               weight_TBps=tbps, frac_copy=tbps / ceil["copy_TBps"], frac_read=tbps / ceil["read_TBps"],
-               TFLOPs=flops / sec / 1e12)
+               weight_TBps=tbps, TFLOPs=flops / sec / 1e12, **rate)
 
 
 def decode_variants(record, results: list, ceil: dict) -> None:
