@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 import torch
 
 from radiance_drafter.prompts import Prompt
+from radiance_drafter.tinyloop import prompts_from_corpus
 from radiance_quant.tiny import build_tiny_qwen3, corpus
-
-
-def tiny_prompts() -> list[Prompt]:
-    """Raw-text prompts in the tiny target's training style: arithmetic questions, code heads, prose starts."""
-    text = corpus()
-    out = []
-    for i, q in enumerate(re.findall(r"^(Question: .*)$", text, flags=re.M)):
-        out.append(Prompt(f"arith-{i}", "arithmetic", prompt=q + "\nAnswer:"))
-    for i, d in enumerate(re.findall(r"^(def \w+\(.*\):)$", text, flags=re.M)):
-        out.append(Prompt(f"code-{i}", "code", prompt=d + "\n"))
-    paras = [p for p in text.split("\n\n") if p[:1].isupper() and not p.startswith(("Question", "Answer"))]
-    for i, p in enumerate(paras):
-        out.append(Prompt(f"prose-{i}", "prose", prompt=" ".join(p.split()[:6])))
-    return out
 
 
 def pytest_addoption(parser):
@@ -42,16 +28,6 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-def round_robin(prompts: list[Prompt]) -> list[Prompt]:
-    """Interleave sources: the i-th prompt of every source before any source's (i+1)-th."""
-    rank: dict[str, int] = {}
-    keyed = []
-    for p in prompts:
-        rank[p.source] = rank.get(p.source, -1) + 1
-        keyed.append((rank[p.source], p.source, p))
-    return [p for *_, p in sorted(keyed, key=lambda k: k[:2])]
-
-
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():
     """Tiny CPU work runs fastest (and reproducibly) single-threaded on a shared machine."""
@@ -68,4 +44,4 @@ def tiny_target(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def prompts() -> list[Prompt]:
-    return tiny_prompts()
+    return prompts_from_corpus(corpus())

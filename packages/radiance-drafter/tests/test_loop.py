@@ -7,38 +7,18 @@ import json
 
 import pytest
 import torch
-from conftest import round_robin
 from safetensors import safe_open
 
-from radiance_drafter.capture import CaptureSet, capture
-from radiance_drafter.config import drafter_config_for_target
+from radiance_drafter import tinyloop
 from radiance_drafter.export import export
-from radiance_drafter.model import DFlashDrafter, TargetHeads, load_drafter, save_drafter
-from radiance_drafter.prompts import split_heldout
-from radiance_drafter.proxy import offline_proxy
-from radiance_drafter.target import Sampling
-from radiance_drafter.train import TrainConfig, train
-
-SAMPLING = Sampling(temperature=0.0, max_tokens=64)
-TRAIN = TrainConfig(epochs=10, batch_size=8, blocks_per_seq=32, lr=3e-3, warmup_steps=10, ckpt_every=40)
+from radiance_drafter.vllm_check import check_vllm_load
 
 
 @pytest.fixture(scope="module")
 def loop(tiny_target, prompts, tmp_path_factory):
     work = tmp_path_factory.mktemp("loop")
-    train_p, held_p = split_heldout(prompts, 24, seed=0)
-    capture(round_robin(train_p)[:96], tiny_target, work / "cap-train", (0, 1), SAMPLING, shard_size=32)
-    capture(held_p, tiny_target, work / "cap-heldout", (0, 1), SAMPLING, shard_size=32)
-    cfg = drafter_config_for_target(tiny_target, num_layers=2, target_layer_ids=(0, 1), block_size=8,
-                                    mask_token_id=0, num_key_value_heads=4)
-    save_drafter(DFlashDrafter(cfg).init_weights(0), work / "init")
-    summary = train(work / "init", work / "cap-train", tiny_target, work / "run", TRAIN)
-    heads = TargetHeads.from_target(tiny_target)
-    held = CaptureSet(work / "cap-heldout")
-    proxies = {name: offline_proxy(load_drafter(d), heads, held, SAMPLING.temperature)
-               for name, d in (("untrained", work / "init"), ("trained", work / "run" / "drafter"))}
-    (work / "gate.json").write_text(json.dumps({"train": summary, "proxy": proxies}, indent=2))
-    return work, summary, proxies
+    result = tinyloop.run(tiny_target, prompts, work)
+    return work, result["train"], result["proxy"]
 
 
 def test_trained_drafter_beats_untrained_on_heldout(loop):
@@ -60,7 +40,6 @@ def test_trained_drafter_beats_untrained_on_heldout(loop):
 def test_checkpoints_load_in_vllms_dflash_loader(loop, monkeypatch):
     work, _, _ = loop
     monkeypatch.setenv("VLLM_PLUGINS", "")  # the drafter needs no plugin; keep other packages' out
-    from radiance_drafter.vllm_check import check_vllm_load
 
     target = json.loads((work / "run" / "settings.json").read_text())["target"]
     export(work / "run" / "drafter", work / "bf16", "bf16")
@@ -77,7 +56,6 @@ def test_fp8_export(loop, monkeypatch):
     """FP8 block-128 layout; vLLM's CPU backend refuses block-FP8 linears without AMX (recorded in README)."""
     work, _, _ = loop
     monkeypatch.setenv("VLLM_PLUGINS", "")
-    from radiance_drafter.vllm_check import check_vllm_load
 
     export(work / "run" / "drafter", work / "fp8", "fp8")
     cfg = json.loads((work / "fp8" / "config.json").read_text())

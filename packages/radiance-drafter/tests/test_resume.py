@@ -6,12 +6,12 @@ import filecmp
 import shutil
 
 import pytest
-from conftest import round_robin
 
 from radiance_drafter.capture import CaptureSet, capture
 from radiance_drafter.config import drafter_config_for_target
 from radiance_drafter.model import DFlashDrafter, save_drafter
 from radiance_drafter.target import Sampling, TargetRunner
+from radiance_drafter.tinyloop import round_robin
 from radiance_drafter.train import TrainConfig, train
 
 SAMPLING = Sampling(temperature=0.8, top_p=0.95, max_tokens=24, seed=3)

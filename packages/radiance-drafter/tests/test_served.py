@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_loop import SAMPLING, loop  # noqa: F401  (the module fixture: capture, train, proxies)
+from test_loop import loop  # noqa: F401  (the module fixture: capture, train, proxies)
 
 from radiance_drafter.capture import CaptureSet, capture
 from radiance_drafter.compare import compare
 from radiance_drafter.prompts import split_heldout
 from radiance_drafter.served import ServedEval
+from radiance_drafter.tinyloop import SAMPLING
 from radiance_vllm.server import VLLMServer
 
 
