@@ -60,7 +60,8 @@ def producers(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    """ruff at the locked version (the dev group), over the whole workspace."""
+    _sync(session, "--only-group", "dev")
     session.run("ruff", "check", ".")
 
 

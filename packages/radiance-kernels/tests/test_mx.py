@@ -1,6 +1,7 @@
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from radiance_kernels.formats import mx
 
 
