@@ -11,7 +11,7 @@ from pathlib import Path
 from gates.core import Context, render, timed_rows, write_json
 
 #: Gate modules in run order (cheap, local gates first; the served end-to-end gates last).
-AREAS = ["formats", "serve", "serve_quant", "bench", "drafter"]
+AREAS = ["formats", "kernels", "serve", "serve_quant", "bench", "drafter"]
 
 
 def main(argv: list[str] | None = None) -> int:
