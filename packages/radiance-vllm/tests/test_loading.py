@@ -7,7 +7,7 @@ from vllm.model_executor.layers.linear import MergedColumnParallelLinear
 from radiance_kernels.formats import awq, mx
 from radiance_kernels.formats.rotation import dense_matrix, random_rotation
 from radiance_vllm.mxfp4_config import ParoQuantMXFP4Config
-from radiance_vllm.mxfp4_method import ParoMXFP4LinearMethod
+from radiance_vllm.mxfp4_method import MXFP4LinearMethod
 from radiance_vllm.param_loading import CheckpointError
 from radiance_vllm.paroquant_config import ParoQuantConfig
 from radiance_vllm.paroquant_method import ParoQuantLinearMethod
@@ -44,7 +44,7 @@ def make_layer(bits=4):
     layer = MergedColumnParallelLinear.__new__(MergedColumnParallelLinear)
     torch.nn.Module.__init__(layer)
     layer.prefix, layer.output_sizes, layer.tp_rank, layer.tp_size = PREFIX, SIZES, 0, 1
-    method = ParoQuantLinearMethod(cfg) if bits else ParoMXFP4LinearMethod(cfg)
+    method = ParoQuantLinearMethod(cfg) if bits else MXFP4LinearMethod(cfg)
     method.create_weights(layer, K, SIZES, K, sum(SIZES), torch.float32, weight_loader=layer.weight_loader)
     return layer, method
 

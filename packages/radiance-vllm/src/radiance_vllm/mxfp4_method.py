@@ -1,4 +1,5 @@
-"""MXFP4 linear methods: rotated (``paroquant_mxfp4``) and plain (weights requantized at load).
+"""MXFP4 linear methods: rotated (``paroquant_mxfp4``), stored plain (``radiance_mxfp4``) and plain
+requantized at load (``requant_method``).
 
     y = e4m3_token(rotate(x)) · dequant_mxfp4(W)ᵀ      (bf16 GEMM output)
 
@@ -46,9 +47,12 @@ def mxfp4_apply(layer, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tens
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-class ParoMXFP4LinearMethod(LinearMethodBase):
-    def __init__(self, config):
-        self.config = config
+class MXFP4LinearMethod(LinearMethodBase):
+    """Loads stored MXFP4 (``weight_packed`` / ``weight_scale``) with the checkpoint's rotation records
+    (``rotated``) or with the identity rotation (a checkpoint without records)."""
+
+    def __init__(self, config, rotated: bool = True):
+        self.config, self.rotated = config, rotated
 
     def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
                        params_dtype, **extra_weight_attrs):
@@ -61,12 +65,17 @@ class ParoMXFP4LinearMethod(LinearMethodBase):
                   {"input_dim": 1, "output_dim": 0, "packed_dim": 1, "packed_factor": 2})
         add_param(layer, "weight_scale", (N, K // 32), torch.uint8, checked(layer, "weight_scale", loader, U8),
                   {"input_dim": 1, "output_dim": 0})
-        create_rotation_params(layer, K, len(output_partition_sizes), self.config.krot)
+        layer.radiance_k = K
+        if self.rotated:
+            create_rotation_params(layer, K, len(output_partition_sizes), self.config.krot)
 
     def process_weights_after_loading(self, layer) -> None:
         from radiance_vllm import kernel_calls
 
-        finish_rotation(layer)
+        if self.rotated:
+            finish_rotation(layer)
+        else:
+            set_identity_rotation(layer, layer.radiance_k, layer.weight_packed.device)
         layer.mxfp4 = kernel_calls.prepare_mxfp4(layer.weight_packed.data, layer.weight_scale.data)
         drop_params(layer, "weight_packed", "weight_scale")
 

@@ -23,6 +23,8 @@ from radiance_vllm.rotation_params import validate_checkpoint_rotations
 class RotatedQuantConfig(QuantizationConfig):
     #: The per-module tensor that marks a module as quantized in this format.
     weight_tensor = "qweight"
+    #: Whether quantized modules carry rotation records (validated before any engine starts).
+    rotated = True
 
     def __init__(self, krot: int, group_size: int):
         super().__init__()
@@ -55,7 +57,8 @@ class RotatedQuantConfig(QuantizationConfig):
         if not self.quantized_modules:
             raise CheckpointError(f"{model_name}: quant_method {self.get_name()!r} but no module stores "
                                   f"a {self.weight_tensor!r} tensor")
-        validate_checkpoint_rotations(model_dir, self.quantized_modules)
+        if self.rotated:
+            validate_checkpoint_rotations(model_dir, self.quantized_modules)
 
     def apply_vllm_mapper(self, hf_to_vllm_mapper) -> None:
         if self.quantized_modules is not None:

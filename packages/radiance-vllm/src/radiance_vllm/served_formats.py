@@ -36,6 +36,12 @@ def _nvfp4(base: Path, out: Path) -> tuple[Path, Path]:
     return out, ref
 
 
+def _nvfp4_offline(base: Path, out: Path) -> tuple[Path, Path]:
+    """radiance-quant's offline NVFP4 → MXFP4 checkpoint (``radiance_mxfp4``), served as is."""
+    _, converted = _nvfp4(base, out)
+    return converted, converted
+
+
 @dataclass(frozen=True)
 class ServedFormat:
     build: Callable[[Path, Path], tuple[Path, Path]]
@@ -52,6 +58,7 @@ FORMATS = {
                                              "RADIANCE_PQ_ZPE": "1", "RADIANCE_STREAM": "1"}),
     "mxfp4-paro": ServedFormat(_rotated("mxfp4"), ("e4m3", "token"), launcher=True),
     "nvfp4-to-mxfp4": ServedFormat(_nvfp4, ("e4m3", "token"), {"RADIANCE_NVFP4_MXFP4": "1"}),
+    "radiance-mxfp4-offline": ServedFormat(_nvfp4_offline, ("e4m3", "token")),
 }
 
 #: The corrupted tensor and the message the failed load must carry.
