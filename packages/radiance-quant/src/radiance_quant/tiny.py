@@ -96,26 +96,21 @@ def _train(model: torch.nn.Module, ids: torch.Tensor, steps: int, seed: int) -> 
     model.eval()
 
 
+def _shared_config(tok: Tokenizer) -> dict:
+    """The sizes both tiny families share (vocab 512, hidden 128, 2 layers, 4 q / 2 kv heads x 32)."""
+    return dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024,
+                tie_word_embeddings=False, bos_token_id=tok.token_to_id("<|endoftext|>"),
+                eos_token_id=tok.token_to_id("<|im_end|>"), pad_token_id=tok.token_to_id("<|endoftext|>"))
+
+
 def build_tiny_qwen3(out_dir: str | Path, seed: int = 0, dtype: str = "float32", train_steps: int = 200) -> Path:
     """Tiny Qwen3 (vocab 512, hidden 128, 2 layers, 4 q / 2 kv heads, head_dim 32, MLP 256) + tokenizer."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     out = Path(out_dir)
     tok = build_tokenizer(out)
-    config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-        bos_token_id=tok.token_to_id("<|endoftext|>"),
-        eos_token_id=tok.token_to_id("<|im_end|>"),
-        pad_token_id=tok.token_to_id("<|endoftext|>"),
-    )
+    config = Qwen3Config(**_shared_config(tok))
     with _single_thread():
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config).float()
@@ -133,14 +128,8 @@ def build_tiny_qwen3_next(out_dir: str | Path, seed: int = 0) -> Path:
     out = Path(out_dir)
     tok = build_tokenizer(out)
     config = Qwen3NextConfig(
-        vocab_size=VOCAB,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
+        **_shared_config(tok),
         layer_types=["linear_attention", "full_attention"],
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
         linear_num_key_heads=2,
         linear_num_value_heads=2,
         linear_key_head_dim=128,
@@ -150,11 +139,6 @@ def build_tiny_qwen3_next(out_dir: str | Path, seed: int = 0) -> Path:
         num_experts_per_tok=2,
         moe_intermediate_size=128,
         shared_expert_intermediate_size=128,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-        bos_token_id=tok.token_to_id("<|endoftext|>"),
-        eos_token_id=tok.token_to_id("<|im_end|>"),
-        pad_token_id=tok.token_to_id("<|endoftext|>"),
     )
     with _single_thread():
         torch.manual_seed(seed)

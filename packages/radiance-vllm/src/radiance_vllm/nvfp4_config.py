@@ -18,11 +18,12 @@ from typing import Any
 
 import torch
 from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
-from vllm.model_executor.layers.quantization.base_config import QuantizationConfig, QuantizeMethodBase
+from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
 from radiance_vllm.checkpoint_scan import resolve_model_dir, tensor_headers
 from radiance_vllm.compile_key import stamp
+from radiance_vllm.config_base import RadianceQuantConfig
 from radiance_vllm.knobs import settings
 from radiance_vllm.param_loading import CheckpointError, checkpoint_modules
 
@@ -35,7 +36,7 @@ def is_nvfp4(hf_quant_cfg: dict[str, Any]) -> bool:
         g.get("format") == "nvfp4-pack-quantized" for g in groups.values())
 
 
-class NVFP4ToMXFP4Config(QuantizationConfig):
+class NVFP4ToMXFP4Config(RadianceQuantConfig):
     def __init__(self):
         super().__init__()
         s = settings()
@@ -48,17 +49,6 @@ class NVFP4ToMXFP4Config(QuantizationConfig):
     @classmethod
     def get_name(cls) -> str:
         return "radiance_nvfp4_mxfp4"
-
-    def get_supported_act_dtypes(self) -> list[torch.dtype]:
-        return [torch.bfloat16, torch.float16, torch.float32]
-
-    @classmethod
-    def get_min_capability(cls) -> int:
-        return 80
-
-    @staticmethod
-    def get_config_filenames() -> list[str]:
-        return []
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> NVFP4ToMXFP4Config:

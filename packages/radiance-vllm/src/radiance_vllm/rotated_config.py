@@ -12,15 +12,16 @@ from typing import Any
 
 import torch
 from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
-from vllm.model_executor.layers.quantization.base_config import QuantizationConfig, QuantizeMethodBase
+from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 
 from radiance_vllm.checkpoint_scan import modules_with, resolve_model_dir, tensor_headers
 from radiance_vllm.compile_key import stamp
+from radiance_vllm.config_base import RadianceQuantConfig
 from radiance_vllm.param_loading import CheckpointError, checkpoint_modules
 from radiance_vllm.rotation_params import validate_checkpoint_rotations
 
 
-class RotatedQuantConfig(QuantizationConfig):
+class RotatedQuantConfig(RadianceQuantConfig):
     #: The per-module tensor that marks a module as quantized in this format.
     weight_tensor = "qweight"
     #: Whether quantized modules carry rotation records (validated before any engine starts).
@@ -31,17 +32,6 @@ class RotatedQuantConfig(QuantizationConfig):
         self.krot = krot
         self.group_size = group_size
         self.quantized_modules: frozenset[str] | None = None
-
-    def get_supported_act_dtypes(self) -> list[torch.dtype]:
-        return [torch.bfloat16, torch.float16, torch.float32]
-
-    @classmethod
-    def get_min_capability(cls) -> int:
-        return 80
-
-    @staticmethod
-    def get_config_filenames() -> list[str]:
-        return []
 
     @staticmethod
     def _int(config: dict[str, Any], key: str, default: int, allowed: tuple[int, ...]) -> int:
