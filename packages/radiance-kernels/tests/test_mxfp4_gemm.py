@@ -5,13 +5,11 @@ Per-token e4m3 activations are built here from formats.e4m3, standing in for rot
 
 import pytest
 import torch
-from conftest import FULL_SHAPES
+from conftest import FULL_SHAPES, REL, gemm_error
 
 from radiance_kernels import shapes
 from radiance_kernels.formats import e4m3, mx
 from radiance_kernels.ops.mxfp4_gemm import prepare, unprepare
-
-REL = 1.7e-3  # bf16 output floor
 
 
 def acts(P, M, K, kind="normal", seed=0, device="cpu"):
@@ -31,11 +29,6 @@ def weights(N, K, rule="mse", seed=1, spread=4, device="cpu"):
     w = torch.randn(N, K // 32, 32, generator=g, device=device)
     w = w * torch.exp2(torch.randint(-2 * spread, 1, (N, K // 32, 1), generator=g, device=device).float())
     return mx.quantize_mxfp4(w.reshape(N, K) * 0.05, rule)
-
-
-def rel(out, ref):
-    d = out.double() - ref.double()
-    return (d.norm() / ref.double().norm()).item(), (d.abs().max() / ref.double().abs().max()).item()
 
 
 def call(A, AS, w, bounds, band, backend, out=None):
@@ -74,8 +67,8 @@ def test_reference_vs_dequant_matmul(P):
     packed, scales = weights(N, K)
     out = call(A, AS, prepare(packed, scales), bounds, "auto", "reference")
     exact = dequant_matmul(dec, AS, packed, scales, bounds)
-    assert rel(out, exact.to(torch.bfloat16))[0] <= 3e-4
-    assert rel(out, exact)[0] <= 1.3 * REL
+    assert gemm_error(out, exact.to(torch.bfloat16))[0] <= 3e-4
+    assert gemm_error(out, exact)[0] <= 1.3 * REL
 
 
 @pytest.mark.parametrize("band", ["decode", "prefill"])
@@ -90,7 +83,7 @@ def test_triton_matches_reference(band, kind, rule, P, device):
     ref = call(A, AS, w, bounds, band, "reference")
     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
     call(A, AS, w, bounds, band, "triton", out=out)
-    r, mx_ = rel(out, ref)
+    r, mx_ = gemm_error(out, ref)
     assert r <= REL and mx_ <= 4 * REL, (r, mx_)
 
 
@@ -108,7 +101,7 @@ def test_extreme_scales(device):
     ref = call(A, AS, w, [0, N], "auto", "reference")
     out = call(A, AS, w, [0, N], "auto", "triton")
     for cols in (slice(0, 2), slice(2, 4), slice(4, N)):
-        r, mx_ = rel(out[:, cols], ref[:, cols])
+        r, mx_ = gemm_error(out[:, cols], ref[:, cols])
         assert r <= REL and mx_ <= 4 * REL, (cols, r, mx_)
 
 
@@ -147,7 +140,7 @@ def sweep(proj, ms, device):
         ref = call(A, AS, w, bounds, "auto", "reference")
         out = torch.full((M + 3, N), 5.0, dtype=torch.bfloat16, device=device)
         call(A, AS, w, bounds, "auto", "triton", out=out)
-        r, mx_ = rel(out[:M], ref)
+        r, mx_ = gemm_error(out[:M], ref)
         assert r <= REL and mx_ <= 4 * REL, (proj, M, r, mx_)
         assert torch.all(out[M:] == 5.0)
 
@@ -175,12 +168,12 @@ def test_fed_by_rotate_quant(device):
     w = prepare(packed, scales)
     ref = call(A, AS, w, bounds, "auto", "reference")
     out = call(A, AS, w, bounds, "auto", "triton")
-    r, mx_ = rel(out, ref)
+    r, mx_ = gemm_error(out, ref)
     assert r <= REL and mx_ <= 4 * REL
     W = mx.dequantize_mxfp4(packed.cpu(), scales.cpu()).double()
     exact = torch.cat([rotate(x.cpu(), pairs[p].cpu(), theta[p].cpu(), cs[p].cpu(), torch.float64)
                        @ W[bounds[p]:bounds[p + 1]].t() for p in range(P)], dim=1)
-    assert rel(ref.cpu(), exact)[0] < 0.05
+    assert gemm_error(ref.cpu(), exact)[0] < 0.05
 
 
 def test_opcheck():
