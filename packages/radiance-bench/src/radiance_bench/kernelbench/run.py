@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from radiance_bench.kernelbench import ceilings, peers, variants
-from radiance_bench.kernelbench.cases import activations, w4_weight, w4a8_linear
+from radiance_bench.kernelbench.cases import PRODUCER_OF, activations, producer_calls, w4_weight, w4a8_linear
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
 from radiance_kernels.shapes import projections
 
@@ -61,8 +61,10 @@ def _prologue(x, w, elem="e4m3", gran="group"):
 
 
 def decode(results: list, ceil: dict) -> None:
-    """Decode band: the served linear (rotate+quant launch + GEMM launch) at M = 1..16, int4 everywhere,
-    int5 and the GEMM alone at M = 8; peers cuBLAS bf16 everywhere, GemLite at M = 8 on qkv / gate_up."""
+    """Decode band: the linear as rotate+quant launch + GEMM launch at M = 1..16, int4 everywhere, int5 and
+    the GEMM alone at M = 8; the projection's stream producer fused with rotate+quant and plain (their
+    difference is the rotation's cost when it rides on the producer, as served); peers cuBLAS bf16
+    everywhere, GemLite at M = 8 on qkv / gate_up."""
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
             continue
@@ -80,6 +82,11 @@ def decode(results: list, ceil: dict) -> None:
                     tbps = weights[0].nbytes / (t.best_us * 1e-6) / 1e12
                     _record(results, "decode", f"{label} int{bits}", t, M=M, **meta0, weight_TBps=tbps,
                             frac_copy=tbps / ceil["copy_TBps"], frac_read=tbps / ceil["read_TBps"])
+                if bits == 4:  # the served form: the rotation rides on the producer the layer runs anyway
+                    for label, call in zip(("producer fused", "producer plain"),
+                                           producer_calls(proj.name, M, proj.K, M, weights[0]), strict=True):
+                        _record(results, "decode", f"{label} ({PRODUCER_OF[proj.name]})", graph_time([call]), M=M,
+                                **meta0)
             del weights
         for M in DECODE_M:
             meta, fl = {**meta0, "M": M}, 2 * M * proj.N * proj.K
@@ -149,23 +156,42 @@ def producer(results: list, ceil: dict, M: int = 8192, K: int = 5120) -> None:
 
 
 def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
-    """64 layers of the 27B-class linears at decode M, one CUDA graph: step time vs the weight stream."""
-    calls, total = [], 0
+    """64 layers of the 27B-class linears at decode M, each variant one CUDA graph, against the weight
+    stream: "served" runs every linear as the served layer does (its fused stream producer, then the
+    GEMM; in_proj_ba by the skinny GEMM), "rot+gemm" a standalone rotate+quant launch instead of the
+    producer (session 1's row), "gemm only" the GEMMs on pre-quantised activations (ablation: the
+    producers' share), and the peer "cuBLAS bf16" the unrotated bf16 layer (plain producers + cuBLAS)."""
+    served, rot_gemm, gemm_only, bf16, total, total_bf16 = [], [], [], [], 0, 0
     for proj in projections(1):
         for layer in range(proj.count):
             x = activations(M, proj.K, layer)
             if proj.name == "gdn.in_proj_ba":
                 w = torch.randn(proj.N, proj.K, device="cuda").to(torch.bfloat16)
-                calls.append(partial(torch.ops.radiance.skinny_gemm, x, w, "triton"))
+                skinny = partial(torch.ops.radiance.skinny_gemm, x, w, "triton")
+                for calls in (served, rot_gemm, gemm_only):
+                    calls.append(skinny)
+                bf16.append(partial(torch.matmul, x, w.t()))
                 total += w.numel() * 2
-            else:
-                w = w4_weight(proj, bits, seed=layer)
-                calls.append(_linear_call(x, w))
-                total += w.nbytes
-    t = graph_time([lambda: [c() for c in calls]], reps=5, min_calls=1)
+                total_bf16 += w.numel() * 2
+                continue
+            w = w4_weight(proj, bits, seed=layer)
+            fused, plain = producer_calls(proj.name, M, proj.K, layer, w)
+            served.append(lambda f=fused, w=w: torch.ops.radiance.w4a8_gemm(
+                *f(), w.w.wq, w.w.wh, w.w.sz, w.bounds, w.w.bits, False, "auto", "triton"))
+            rot_gemm.append(_linear_call(x, w))
+            gemm_only.append(_gemm_call(w, _prologue(x, w), False))
+            wb = torch.randn(proj.N, proj.K, device="cuda").to(torch.bfloat16)
+            bf16.append(lambda p=plain, wb=wb: torch.matmul(p(), wb.t()))
+            total += w.nbytes
+            total_bf16 += wb.numel() * 2
     limit_us = total / (max(ceil["copy_TBps"], ceil["read_TBps"]) * 1e12) * 1e6  # weights are only read
-    _record(results, "stack", f"64-layer linears int{bits} M={M}", t, M=M, weight_bytes=total, limit_us=limit_us,
-            vs_limit=t.best_us / limit_us)
+    for label, calls, nbytes in (("served", served, total), ("rot+gemm", rot_gemm, total),
+                                 ("gemm only", gemm_only, total), ("cuBLAS bf16 + plain producers", bf16, total_bf16)):
+        t = graph_time([lambda calls=calls: [c() for c in calls]], reps=5, min_calls=1)
+        name = f"64-layer {label}" + ("" if label.startswith("cuBLAS") else f" int{bits}")
+        _record(results, "stack", name, t, M=M,
+                weight_bytes=nbytes, limit_us=limit_us, vs_limit=t.best_us / limit_us,
+                weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12)
 
 
 def decode_variants(results: list, ceil: dict) -> None:

@@ -1,0 +1,67 @@
+"""``python -m radiance_bench.kernelbench.tune OUT.json kb-decode_variants.json [kb-prefill_variants.json ...]``:
+the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) from A/B bench results.
+
+For every (band, N, K, M) measured, the config with the best time wins (ablation and failed rows are
+skipped); consecutive measured M of one shape become ``M_max`` ranges, the largest open-ended. The
+table names the GPU and the source files; it is written atomically. Put it at
+``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json`` to make serving use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from radiance_kernels.ops.w4a8_gemm.tuned import gpu_key
+
+SECTIONS = {"decode_variants": "decode", "prefill_variants": "prefill"}
+PREFIX = "w4a8 gemm int4 "
+
+
+def build(runs: list[dict], sources: list[str]) -> dict:
+    """The table from bench JSONs (``{"meta": {"gpu"}, "results": [...]}``) of one GPU."""
+    gpus = {r["meta"]["gpu"] for r in runs}
+    if len(gpus) != 1:
+        raise ValueError(f"tune: results come from several GPUs {sorted(gpus)}; tune one GPU at a time")
+    best: dict[tuple, tuple[float, str]] = {}
+    for run in runs:
+        for row in run["results"]:
+            band = SECTIONS.get(row.get("section"))
+            if band is None or "error" in row or row.get("ablation") or "ablat" in row["kernel"] \
+                    or not row["kernel"].startswith(PREFIX):
+                continue
+            key = (band, row["N"], row["K"], row["M"])
+            cand = (row["best_us"], row["kernel"][len(PREFIX):])
+            best[key] = min(best.get(key, cand), cand)
+    if not best:
+        raise ValueError("tune: no decode_variants / prefill_variants rows in the inputs")
+    shapes: dict[tuple, list] = defaultdict(list)
+    for (band, N, K, M), (_, name) in sorted(best.items()):
+        shapes[band, N, K].append((M, name))
+    table: dict = {"gpu": gpus.pop(), "source": sources, "w4a8_gemm": defaultdict(list)}
+    for (band, N, K), points in shapes.items():
+        for i, (M, name) in enumerate(points):
+            table["w4a8_gemm"][band].append({"N": N, "K": K, "M_max": None if i == len(points) - 1 else M,
+                                             "config": name})
+    return table
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("results", nargs="+", type=Path)
+    args = ap.parse_args(argv)
+    table = build([json.loads(p.read_text()) for p in args.results], [p.name for p in args.results])
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=1) + "\n")
+    os.replace(tmp, args.out)
+    n = sum(len(v) for v in table["w4a8_gemm"].values())
+    print(f"{args.out}: {n} entries for {table['gpu']} (file name should be {gpu_key(table['gpu'])}.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

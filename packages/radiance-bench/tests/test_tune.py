@@ -1,0 +1,45 @@
+"""The tuned-table builder: best config per (band, shape, M), M ranges, one GPU only."""
+
+import json
+
+import pytest
+
+from radiance_bench.kernelbench import tune
+
+
+def row(section, name, M, us, **extra):
+    return {"section": section, "kernel": f"w4a8 gemm int4 {name}", "N": 256, "K": 512, "M": M, "best_us": us,
+            **extra}
+
+
+def run(rows, gpu="Test GPU 9"):
+    return {"meta": {"gpu": gpu}, "results": rows}
+
+
+def test_best_config_per_m_with_open_last_range():
+    rows = [row("decode_variants", "nib8", 1, 5.0), row("decode_variants", "nib8x", 1, 6.0),
+            row("decode_variants", "nib8", 8, 9.0), row("decode_variants", "nib8x", 8, 7.0),
+            row("decode_variants", "nib8x", 8, 1.0, ablation="nodot"),
+            row("decode_variants", "fused", 8, 0.5, error="boom"),
+            row("prefill_variants", "k64", 2048, 100.0), row("prefill_variants", "k32", 2048, 130.0)]
+    table = tune.build([run(rows)], ["x.json"])
+    assert table["gpu"] == "Test GPU 9"
+    assert table["w4a8_gemm"]["decode"] == [{"N": 256, "K": 512, "M_max": 1, "config": "nib8"},
+                                            {"N": 256, "K": 512, "M_max": None, "config": "nib8x"}]
+    assert table["w4a8_gemm"]["prefill"] == [{"N": 256, "K": 512, "M_max": None, "config": "k64"}]
+
+
+def test_refuses_mixed_gpus_and_empty_input(tmp_path):
+    with pytest.raises(ValueError, match="several GPUs"):
+        tune.build([run([row("decode_variants", "nib8", 1, 5.0)]), run([], gpu="Other")], [])
+    with pytest.raises(ValueError, match="no decode_variants"):
+        tune.build([run([])], [])
+
+
+def test_cli_writes_atomically(tmp_path):
+    src = tmp_path / "kb.json"
+    src.write_text(json.dumps(run([row("decode_variants", "nib8", 1, 5.0)])))
+    out = tmp_path / "test-gpu-9.json"
+    assert tune.main([str(out), str(src)]) == 0
+    assert json.loads(out.read_text())["source"] == ["kb.json"]
+    assert not out.with_suffix(".tmp").exists()

@@ -1,0 +1,60 @@
+"""Tile configs chosen per GPU and GEMM shape from a committed bench run: serving never autotunes.
+
+``tuned/<gpu>.json`` (``<gpu>`` = :func:`gpu_key` of ``torch.cuda.get_device_name()``) holds, per op and
+band, the named config (of ``triton.DECODE`` / ``triton.PREFILL``) that won the bench's side-by-side A/B
+on that GPU for each (N, K) and M range::
+
+    {"gpu": "NVIDIA H200", "source": "<bench JSON files>",
+     "w4a8_gemm": {"decode": [{"N": 14336, "K": 5120, "M_max": 1, "config": "nib8x"}, ...],
+                   "prefill": [...]}}
+
+An entry serves ``M <= M_max`` (``null``: any M) for its exact (N, K); the first match in ascending
+``M_max`` wins. A GPU, op, band or shape without an entry runs the band's named default. The table is
+written by ``python -m radiance_bench.kernelbench.tune`` from ``decode_variants`` / ``prefill_variants``
+results; names it holds are checked against the kernel's configs when it loads (a renamed config fails
+loudly, not by falling back).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+TABLES = Path(__file__).with_name("tuned")
+
+
+def gpu_key(name: str) -> str:
+    """"NVIDIA H200" → "nvidia-h200": the table's file stem."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+@cache
+def table(gpu: str) -> dict:
+    """The tuned table of ``gpu`` (a device name), validated; {} when none is committed."""
+    from radiance_kernels.ops.w4a8_gemm.triton import DECODE, PREFILL
+
+    path = TABLES / f"{gpu_key(gpu)}.json"
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    names = {"decode": DECODE, "prefill": PREFILL}
+    for op, bands in data.items():
+        if op in ("gpu", "source"):
+            continue
+        for band, entries in bands.items():
+            if band not in names:
+                raise ValueError(f"{path}: {op} band {band!r} is not one of {sorted(names)}")
+            for e in entries:
+                if e.keys() != {"N", "K", "M_max", "config"} or e["config"] not in names[band]:
+                    raise ValueError(f"{path}: {op} {band} entry {e} must have keys N, K, M_max, config "
+                                     f"with config one of {sorted(names[band])}")
+    return data
+
+
+def pick(gpu: str, op: str, band: str, M: int, N: int, K: int) -> str | None:
+    """The tuned config name for this GEMM on ``gpu``, or None (run the band's default)."""
+    entries = [e for e in table(gpu).get(op, {}).get(band, []) if e["N"] == N and e["K"] == K]
+    entries.sort(key=lambda e: float("inf") if e["M_max"] is None else e["M_max"])
+    return next((e["config"] for e in entries if e["M_max"] is None or e["M_max"] >= M), None)

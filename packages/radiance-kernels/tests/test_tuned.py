@@ -1,0 +1,46 @@
+"""Per-GPU tuned tile tables: lookup by shape and M range, validation of the names they hold."""
+
+import json
+
+import pytest
+
+from radiance_kernels.ops.w4a8_gemm import tuned
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuned, "TABLES", tmp_path)
+    tuned.table.cache_clear()
+    yield tmp_path
+    tuned.table.cache_clear()
+
+
+def write(tables, entries, band="decode"):
+    (tables / "test-gpu-9.json").write_text(json.dumps({"gpu": "Test GPU 9", "source": [],
+                                                        "w4a8_gemm": {band: entries}}))
+
+
+def test_pick_by_shape_and_m_range(tables):
+    write(tables, [{"N": 256, "K": 512, "M_max": None, "config": "nib8w"},
+                   {"N": 256, "K": 512, "M_max": 1, "config": "nib8"},
+                   {"N": 256, "K": 512, "M_max": 8, "config": "fused"}])
+    assert tuned.gpu_key("Test GPU 9") == "test-gpu-9"
+    picks = [tuned.pick("Test GPU 9", "w4a8_gemm", "decode", M, 256, 512) for M in (1, 2, 8, 9, 64)]
+    assert picks == ["nib8", "fused", "fused", "nib8w", "nib8w"]
+    assert tuned.pick("Test GPU 9", "w4a8_gemm", "decode", 1, 256, 1024) is None  # other shape
+    assert tuned.pick("Test GPU 9", "w4a8_gemm", "prefill", 4096, 256, 512) is None  # other band
+    assert tuned.pick("Test GPU 9", "mxfp4_gemm", "decode", 1, 256, 512) is None  # other op
+    assert tuned.pick("Other GPU", "w4a8_gemm", "decode", 1, 256, 512) is None  # no table
+
+
+def test_unknown_config_name_fails_loudly(tables):
+    write(tables, [{"N": 256, "K": 512, "M_max": None, "config": "renamed"}])
+    with pytest.raises(ValueError, match="renamed"):
+        tuned.pick("Test GPU 9", "w4a8_gemm", "decode", 1, 256, 512)
+
+
+def test_committed_tables_load():
+    for path in tuned.TABLES.glob("*.json"):
+        gpu = json.loads(path.read_text())["gpu"]
+        assert tuned.gpu_key(gpu) == path.stem
+        assert tuned.table(gpu)
