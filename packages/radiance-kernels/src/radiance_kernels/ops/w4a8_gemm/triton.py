@@ -83,6 +83,29 @@ def along1(v, SWAP: tl.constexpr):
 
 
 @triton.jit
+def plane(x, J: tl.constexpr):
+    """``x[:, :, J]`` of a ``[R, C, 8]`` tile, by three in-register splits (shared between the 8 planes)."""
+    R: tl.constexpr = x.shape[0]
+    C: tl.constexpr = x.shape[1]
+    lo, hi = tl.split(tl.reshape(x, (R, C, 4, 2)))
+    if J % 2:
+        y = hi
+    else:
+        y = lo
+    lo, hi = tl.split(tl.reshape(y, (R, C, 2, 2)))
+    if (J // 2) % 2:
+        y = hi
+    else:
+        y = lo
+    lo, hi = tl.split(y)
+    if J // 4:
+        y = hi
+    else:
+        y = lo
+    return y
+
+
+@triton.jit
 def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, SWAP: tl.constexpr = False,
           NODOT: tl.constexpr = False):
     """``acc + a · (q - OFF)`` for e4m3 codes ``a`` and weight codes ``c = q << SH`` (``q < 32``, SH 0 or 4)
@@ -170,6 +193,11 @@ def _w4a8_kernel(
     TM: tl.constexpr = BN if SW else BM  # the tile frame [TM, TN]
     TN: tl.constexpr = BM if SW else BN
     acc = tl.zeros((TM, TN), dtype=tl.float32)
+    if SW:  # the group's activations [16, BM, 8] (k = 8i + j: 8-byte rows), loaded one group ahead: Triton
+        # puts a barrier before each register-made wgmma B tile, so per-plane loads could not be hoisted
+        a3_ptrs = (a_rows + (8 * offs_i)[:, None])[:, :, None] + tl.arange(0, 8)[None, None, :]
+        a3_mask = mask_m[None, :, None]
+        a3 = tl.load(a3_ptrs + g_lo * BK, mask=a3_mask & (g_lo < g_hi), other=0.0)
     for g in range(g_lo, g_hi):
         if INT8:
             t = tl.zeros((TM, TN), dtype=tl.int32)
@@ -184,11 +212,16 @@ def _w4a8_kernel(
             if BITS == 5:  # bit 4 of q[k] is bit 8(i%4) + j of wh[g*4 + i//4]
                 hi = tl.load(wh_ptr + along0((g * 4 + offs_i // 4) * N, SW) + along1(offs_n, SW),
                              mask=along1(mask_n, SW), other=0) >> along0(8 * (offs_i % 4), SW)
+            if SW:
+                a3_cur = a3
+                a3 = tl.load(a3_ptrs + (g + 1) * BK, mask=a3_mask & (g + 1 < g_hi), other=0.0)
             for jp in tl.static_range(4):  # nibbles 2jp, 2jp+1 from one shift: the odd one as 16 q (dot16 SH=4)
                 x = words >> (8 * jp)
                 for h in tl.static_range(2):
-                    a = tl.load(a_rows + g * BK + along1(8 * offs_i + 2 * jp + h, SW), mask=along0(mask_m, SW),
-                                other=0.0)
+                    if SW:
+                        a = plane(a3_cur, 2 * jp + h)
+                    else:
+                        a = tl.load(a_rows + g * BK + 8 * offs_i[None, :] + 2 * jp + h, mask=mask_m[:, None], other=0.0)
                     c = x & (15 << (4 * h))
                     if BITS == 5:
                         c = c | (((hi >> (2 * jp + h)) & 1) << (4 + 4 * h))
@@ -266,8 +299,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: "swap*" (swap-AB, e4m3 activations; int8 activations run the non-swapped nib8 loop, explicitly): the
 #: same nib8 loop in the transposed frame, ``outT [BN, BM] = (q - off) [BN, K] · aT [K, BM]``, so the
 #: register-unpacked weight tile is the MMA's M side (wgmma on sm_90, A from registers) and the token
-#: tile (16) its N: "swap" BN=128 on 4 warps, "swapw" 256 on 8 warps, "swapo" "swap" at 4 programs per
-#: SM (122 registers: 4 resident).
+#: tile (16) its N: "swap" BN=128 on 4 warps, "swapw" 256 on 8 warps, "swapo" "swap" at 3 programs per
+#: SM (138 registers: 3 resident). The swapped loop takes each group's activations one group ahead.
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops): "nodot" loads + unpack with no MMA, "noload" the
 #: unpack of index-made words + MMA with no weight loads (:data:`ABLATIONS`).
@@ -279,7 +312,7 @@ DECODE = {
     "nib8x": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
     "swap": dict(BN=128, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True),
     "swapw": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True),
-    "swapo": dict(BN=128, num_warps=4, num_stages=3, occ=4, reduce="kernel", dot16=True, nib8=True, swap=True),
+    "swapo": dict(BN=128, num_warps=4, num_stages=3, occ=3, reduce="kernel", dot16=True, nib8=True, swap=True),
 }
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
 DECODE_DEFAULT = "nib8x"
