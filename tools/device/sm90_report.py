@@ -31,14 +31,16 @@ TYPES = {"a_ptr": "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32"
          "out_ptr": "*bf16", "cnt_ptr": "*i32"}
 
 
-def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8: bool = False):
+def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8: bool = False,
+                 maxnreg: int | None = None):
     types = {**TYPES, "a_ptr": "*i8" if int8 else "*u8"}
     sig = {n: "constexpr" if n in constexprs else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     if kernel is _mxfp4_kernel:
         sig["ws_ptr"] = "*u8"
     return triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),
-                          target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": num_stages})
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": num_stages,
+                                                                      "maxnreg": maxnreg})
 
 
 def ptxas_report(ptx: str) -> dict:
@@ -92,7 +94,7 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
         cfg = w4.config(16 if band == "decode" else 2048, 14336, 5120, band, False, names[name])
         split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
         tiles = dict(SPLIT=split, HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
-        opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], maxnreg=cfg["maxnreg"])
         elems = [("int4 e4m3 group", 4, False, True, False), ("int5 e4m3 token", 5, False, False, False),
                  ("int4 int8 group ZPE", 4, True, True, True)]
         for label, bits, int8, grouped, zpe in elems:

@@ -299,8 +299,9 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: "swap*" (swap-AB, e4m3 activations; int8 activations run the non-swapped nib8 loop, explicitly): the
 #: same nib8 loop in the transposed frame, ``outT [BN, BM] = (q - off) [BN, K] · aT [K, BM]``, so the
 #: register-unpacked weight tile is the MMA's M side (wgmma on sm_90, A from registers) and the token
-#: tile (16) its N: "swap" BN=128 on 4 warps, "swapw" 256 on 8 warps, "swapo" "swap" at 3 programs per
-#: SM (138 registers: 3 resident). The swapped loop takes each group's activations one group ahead.
+#: tile (16) its N: "swap" BN=128 on 4 warps (138 registers: 3 programs per SM), "swapr" the same capped at
+#: 128 registers (``maxnreg``; 12 B spill) for 4 programs per SM, "swapw" 256 on 8 warps at 128 registers
+#: (no spill, 2 per SM). The swapped loop takes each group's activations one group ahead.
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops): "nodot" loads + unpack with no MMA, "noload" the
 #: unpack of index-made words + MMA with no weight loads (:data:`ABLATIONS`).
@@ -311,8 +312,10 @@ DECODE = {
     "nib8w": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
     "nib8x": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
     "swap": dict(BN=128, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True),
-    "swapw": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True),
-    "swapo": dict(BN=128, num_warps=4, num_stages=3, occ=3, reduce="kernel", dot16=True, nib8=True, swap=True),
+    "swapr": dict(BN=128, num_warps=4, num_stages=3, occ=4, reduce="kernel", dot16=True, nib8=True, swap=True,
+                  maxnreg=128),
+    "swapw": dict(BN=256, num_warps=8, num_stages=3, occ=2, reduce="kernel", dot16=True, nib8=True, swap=True,
+                  maxnreg=128),
 }
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
 DECODE_DEFAULT = "nib8x"
@@ -328,7 +331,7 @@ PREFILL = {
 }
 PREFILL_DEFAULT = "k32"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8", "swap",
-         "ablate"}
+         "ablate", "maxnreg"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -363,7 +366,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         cfg = dict(BM=32, BN=128, KS=64, GROUP_M=8, splits=1, num_warps=8, num_stages=3)
     else:
         cfg = dict(splits=1, **PREFILL[PREFILL_DEFAULT])
-    cfg = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none") | cfg | override
+    base = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None)
+    cfg = base | cfg | override
     if cfg["ablate"] not in ABLATIONS:
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
     if (cfg["swap"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
@@ -415,6 +419,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
     ws = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=device) if split else out
     cnt = torch.zeros(tiles, dtype=torch.int32, device=device) if split == 2 else out
+    if cfg["maxnreg"]:  # ptxas register cap (more resident programs per SM)
+        constexprs.update(maxnreg=cfg["maxnreg"])
     if has_dot16:
         constexprs.update(DOT16=cfg["dot16"], NIB8=cfg["nib8"], SWAP=cfg["swap"], ABLATE=ABLATIONS[cfg["ablate"]])
     kernel[(tiles, cfg["splits"])](
