@@ -27,6 +27,7 @@ from radiance_kernels.ops.w4a8_gemm.reference import GROUP
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 CLOCK_GHZ = 1.98  # H200 boost
+ABLATE = ("nib8x", "swap", "swapx")  # the decode configs whose ablation rows are listed (as the bench's)
 TYPES = {"a_ptr": "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32", "part_ptr": "*fp32",
          "out_ptr": "*bf16", "cnt_ptr": "*i32"}
 
@@ -89,7 +90,7 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
     out = []
     names = dict(w4.DECODE if band == "decode" else w4.PREFILL)
     if band == "decode":
-        names |= {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ("nib8x", "swap") for ab in ("nodot", "noload")}
+        names |= {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE for ab in ("nodot", "noload")}
     for name in only or names:
         cfg = w4.config(16 if band == "decode" else 2048, 14336, 5120, band, False, names[name])
         split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2

@@ -301,7 +301,9 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: register-unpacked weight tile is the MMA's M side (wgmma on sm_90, A from registers) and the token
 #: tile (16) its N: "swap" BN=128 on 4 warps (138 registers: 3 programs per SM), "swapr" the same capped at
 #: 128 registers (``maxnreg``; 12 B spill) for 4 programs per SM, "swapw" 256 on 8 warps at 128 registers
-#: (no spill, 2 per SM). The swapped loop takes each group's activations one group ahead.
+#: (no spill, 2 per SM), "swapx" 256 on 4 warps (218 registers, 2 per SM: the per-dot B staging and
+#: barriers over twice the rows; fewest instructions per weight). The swapped loop takes each group's
+#: activations one group ahead.
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops): "nodot" loads + unpack with no MMA, "noload" the
 #: unpack of index-made words + MMA with no weight loads (:data:`ABLATIONS`).
@@ -316,6 +318,7 @@ DECODE = {
                   maxnreg=128),
     "swapw": dict(BN=256, num_warps=8, num_stages=3, occ=2, reduce="kernel", dot16=True, nib8=True, swap=True,
                   maxnreg=128),
+    "swapx": dict(BN=256, num_warps=4, num_stages=3, occ=2, reduce="kernel", dot16=True, nib8=True, swap=True),
 }
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
 DECODE_DEFAULT = "nib8x"
