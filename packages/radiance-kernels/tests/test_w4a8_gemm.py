@@ -153,6 +153,19 @@ def test_config_knobs_raise():
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["split"], "ablate": "nodot"})
     with pytest.raises(ValueError, match="ablate must be"):
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["swap"], "ablate": "nomma"})
+    with pytest.raises(ValueError, match="BM == 16"):
+        impl.config(40, 512, 384, "decode", True, {**impl.DECODE["swap"], "ablate": "nodot"})
+
+
+@pytest.mark.parametrize("name,ablate", [("nib8x", "nodot"), ("swap", "noload")])
+def test_ablations_run(name, ablate, device):
+    """The bench's ablation rows (wrong results by design) launch and write every output."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    A, AS, RS, _ = acts(1, 5, 384, "e4m3", True, device=device)
+    w = prepare_codes(*weights(384, 256, 4, device=device), 4)
+    out = impl.gemm(A, AS, RS, w, [0, 256], False, "decode", cfg={**impl.DECODE[name], "ablate": ablate})
+    assert out.shape == (5, 256) and torch.isfinite(out.float()).all()
 
 
 @pytest.mark.parametrize("kind,zkind,P",

@@ -113,8 +113,9 @@ def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, 
     ``1024 + (OFF << SH)`` exactly = ``2^SH (q - OFF)``; ``a`` is taken times ``2^-SH`` (exact in fp16 for
     every e4m3 value), so the products are exact in the fp32 sum (fp32 operands under the interpreter).
     SWAP: ``a`` is ``[K, M]``, ``c`` is ``[N, K]`` and the result ``acc + (q - OFF) · a`` (swap-AB: the
-    register-made weight tile is the MMA's M side). NODOT (ablation, wrong result): no MMA, the unpacked
-    tile's K-sums and the activation tile's sum keep the loads and the unpack live."""
+    register-made weight tile is the MMA's M side). NODOT (ablation, wrong result, BM == 16): no MMA, the
+    unpacked tile is added into ``acc`` elementwise (the weight loads and the unpack stay live, the
+    activations are dead code)."""
     w = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + (OFF << SH))
     a = a.to(tl.float8e4nv, bitcast=True)
     if HW:
@@ -125,7 +126,7 @@ def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, 
     if SH:
         a = a * (1.0 / (1 << SH))
     if NODOT:
-        r = acc + along1(tl.sum(w, 1 if SWAP else 0), SWAP).to(tl.float32) + tl.sum(tl.sum(a, 1), 0)
+        r = acc + w.to(tl.float32)
     elif SWAP:
         r = tl.dot(w, a, acc)
     else:
@@ -204,11 +205,9 @@ def _w4a8_kernel(
         else:
             t = tl.zeros((TM, TN), dtype=tl.float32)
         if NIB:  # one K=16 dot per nibble index j (k = 8i + j): the words are never reshaped
-            if ABLATE == 2:  # noload: a word made from the indices, no weight traffic
-                words = along0((g * 16 + offs_i) * 0x01234567, SW) ^ along1(offs_n * 0x09ABCDEF, SW)
-            else:
-                words = tl.load(wq_ptr + along0((g * 16 + offs_i) * N, SW) + along1(offs_n, SW),
-                                mask=along1(mask_n, SW), other=0)
+            gw = g_lo + (g - g_lo) % 2 if ABLATE == 2 else g  # noload: the first two groups, L2-resident
+            words = tl.load(wq_ptr + along0((gw * 16 + offs_i) * N, SW) + along1(offs_n, SW), mask=along1(mask_n, SW),
+                            other=0)
             if BITS == 5:  # bit 4 of q[k] is bit 8(i%4) + j of wh[g*4 + i//4]
                 hi = tl.load(wh_ptr + along0((g * 4 + offs_i // 4) * N, SW) + along1(offs_n, SW),
                              mask=along1(mask_n, SW), other=0) >> along0(8 * (offs_i % 4), SW)
@@ -305,8 +304,9 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: barriers over twice the rows; fewest instructions per weight). The swapped loop takes each group's
 #: activations one group ahead.
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
-#: ``ablate`` (bench only, wrong results; nib8 loops): "nodot" loads + unpack with no MMA, "noload" the
-#: unpack of index-made words + MMA with no weight loads (:data:`ABLATIONS`).
+#: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
+#: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
+#: stream) (:data:`ABLATIONS`).
 DECODE = {
     "split": dict(BN=64, num_warps=4, num_stages=4, occ=4, reduce="host", dot16=False, nib8=False),
     "fused": dict(BN=64, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=False),
@@ -375,6 +375,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
     if (cfg["swap"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
         raise ValueError("w4a8_gemm config: swap / ablate act on the nib8 loop and need dot16=True, nib8=True")
+    if cfg["ablate"] != "none" and cfg["BM"] != 16:
+        raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
     if band == "decode":  # BM x BN <= 4096: at BM=64 a 128-wide tile spills ~800 B (ptxas sm_90)
         cfg["BN"] = min(cfg["BN"], max(64, 4096 // cfg["BM"]))
     if "splits" not in cfg:
