@@ -17,7 +17,11 @@ over M, N in grouped launch order. The loop runs over 128-groups (the scale grou
 Weight codes into the dot, e4m3 activations: fp8 dot on the KS-wide unpacked tile (``c - 2^(b-1)``
 to e4m3 by one fp16 → fp8 convert on GPUs, the integer encoder under the interpreter), or with
 ``dot16`` an fp16 dot (:func:`dot16`), with ``nib8`` per nibble index (no reshape of the packed
-words, which then load straight into the mma operand layout). int8 activations: int8 x int8 dot.
+words, which then load straight into the mma operand layout). ``swap`` (swap-AB, e4m3 only; int8
+activations take the non-swapped loop) runs the nib8 loop transposed, ``outT [BN, BM] = (q - off) · aT``:
+the register-unpacked weights are the MMA's M side (sm_90: wgmma, A from registers, N = the 16-token
+tile), the acc is transposed back before the epilogue. int8 activations: int8 x int8 dot. ``ablate``
+(bench only) removes the MMA or the DRAM weight stream from the nib8 loop (:data:`DECODE`).
 Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90, no GPU needed).
 """
 
@@ -302,7 +306,7 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: 128 registers (``maxnreg``; 12 B spill) for 4 programs per SM, "swapw" 256 on 8 warps at 128 registers
 #: (no spill, 2 per SM), "swapx" 256 on 4 warps (218 registers, 2 per SM: the per-dot B staging and
 #: barriers over twice the rows; fewest instructions per weight). The swapped loop takes each group's
-#: activations one group ahead.
+#: activations one group ahead. Meant for M <= 16 (BM=16): at BM=64 they spill 256 B (ptxas sm_90).
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
