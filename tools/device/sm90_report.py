@@ -102,7 +102,8 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
             if ":" in name and label != "int4 e4m3 group":
                 continue
             ce = dict(BITS=bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, DOT16=cfg["dot16"], NIB8=cfg["nib8"], BG=16,
-                      ZPE_PREC="tf32x3", SWAP=cfg["swap"], ABLATE=w4.ABLATIONS[cfg["ablate"]], **tiles)
+                      ZPE_PREC="tf32x3", SWAP=cfg["swap"], ABLATE=w4.ABLATIONS[cfg["ablate"]], APRE=cfg["apre"],
+                      **tiles)
             out.append((f"w4a8 {band} {name} {label}", w4._w4a8_kernel, ce, {**opts, "int8": int8},
                         cfg["BN"] * GROUP))
         if not (cfg["swap"] or ":" in name):

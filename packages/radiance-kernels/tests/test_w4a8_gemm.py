@@ -126,7 +126,7 @@ SWAP_VARIANTS = [(4, "e4m3", True, False), (5, "e4m3", False, True), (4, "int8",
 @pytest.mark.parametrize("name,bits,elem,grouped,zpe",
                          [(n, 5, "e4m3", False, False) for n in ("split", "nib8")]
                          + [(n, 4, "e4m3", True, False)
-                            for n in ("fused", "nib8w", "nib8x", "swapr", "swapw", "swapx")]
+                            for n in ("fused", "nib8w", "nib8x", "nib8xp", "swapr", "swapw", "swapx")]
                          + [("swap", *v) for v in SWAP_VARIANTS])
 def test_decode_configs(name, bits, elem, grouped, zpe, device):
     """Every named decode tile config (the bench's A/B) at 3 splits: kernel == reference ("swap" also
@@ -147,9 +147,9 @@ def test_config_knobs_raise():
     """swap / ablate need the nib8 loop; an unknown ablation is named."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    with pytest.raises(ValueError, match="swap / ablate"):
+    with pytest.raises(ValueError, match="swap / apre / ablate"):
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["fused"], "swap": True})
-    with pytest.raises(ValueError, match="swap / ablate"):
+    with pytest.raises(ValueError, match="swap / apre / ablate"):
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["split"], "ablate": "nodot"})
     with pytest.raises(ValueError, match="ablate must be"):
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["swap"], "ablate": "nomma"})

@@ -169,6 +169,7 @@ def _w4a8_kernel(
     SPLIT: tl.constexpr, HW: tl.constexpr, DOT16: tl.constexpr, NIB8: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, BG: tl.constexpr,
     GROUP_M: tl.constexpr, ZPE_PREC: tl.constexpr, SWAP: tl.constexpr = False, ABLATE: tl.constexpr = 0,
+    APRE: tl.constexpr = False,
 ):
     pid_m, pid_n, part = tile_coords(M, N, b1, b2, BM, BN, GROUP_M)
     pid_s = tl.program_id(1)
@@ -182,6 +183,7 @@ def _w4a8_kernel(
         a_ptr = a_ptr.to(tl.pointer_type(tl.float8e4nv))
     NIB: tl.constexpr = NIB8 and DOT16 and not INT8  # e4m3 only: int8 keeps the int8 dot
     SW: tl.constexpr = SWAP and NIB  # the loop runs in the transposed frame: tiles [BN, BM], weights [BN, K]
+    AP: tl.constexpr = APRE and NIB
     a_rows = a_ptr + part.to(tl.int64) * M * K + along0(offs_m.to(tl.int64) * K, SW)
     rs_rows = rs_ptr + part * M * G + offs_m * G
     if GROUP_AS:
@@ -198,10 +200,10 @@ def _w4a8_kernel(
     TM: tl.constexpr = BN if SW else BM  # the tile frame [TM, TN]
     TN: tl.constexpr = BM if SW else BN
     acc = tl.zeros((TM, TN), dtype=tl.float32)
-    if SW:  # the group's activations [16, BM, 8] (k = 8i + j: 8-byte rows), loaded one group ahead: Triton
-        # puts a barrier before each register-made wgmma B tile, so per-plane loads could not be hoisted
-        a3_ptrs = (a_rows + (8 * offs_i)[:, None])[:, :, None] + tl.arange(0, 8)[None, None, :]
-        a3_mask = mask_m[None, :, None]
+    if AP:  # the group's activations [BM, 16, 8] (frame order; k = 8i + j: 8-byte rows), one group ahead: the
+        # per-plane loads otherwise sit behind the barrier of each dot's operand staging, one L2 trip per dot
+        a3_ptrs = (a_rows + along1(8 * offs_i, SW))[:, :, None] + tl.arange(0, 8)[None, None, :]
+        a3_mask = along0(mask_m, SW)[:, :, None]
         a3 = tl.load(a3_ptrs + g_lo * BK, mask=a3_mask & (g_lo < g_hi), other=0.0)
     for g in range(g_lo, g_hi):
         if INT8:
@@ -215,16 +217,17 @@ def _w4a8_kernel(
             if BITS == 5:  # bit 4 of q[k] is bit 8(i%4) + j of wh[g*4 + i//4]
                 hi = tl.load(wh_ptr + along0((g * 4 + offs_i // 4) * N, SW) + along1(offs_n, SW),
                              mask=along1(mask_n, SW), other=0) >> along0(8 * (offs_i % 4), SW)
-            if SW:
+            if AP:
                 a3_cur = a3
                 a3 = tl.load(a3_ptrs + (g + 1) * BK, mask=a3_mask & (g + 1 < g_hi), other=0.0)
             for jp in tl.static_range(4):  # nibbles 2jp, 2jp+1 from one shift: the odd one as 16 q (dot16 SH=4)
                 x = words >> (8 * jp)
                 for h in tl.static_range(2):
-                    if SW:
+                    if AP:
                         a = plane(a3_cur, 2 * jp + h)
                     else:
-                        a = tl.load(a_rows + g * BK + 8 * offs_i[None, :] + 2 * jp + h, mask=mask_m[:, None], other=0.0)
+                        a = tl.load(a_rows + g * BK + along1(8 * offs_i, SW) + 2 * jp + h, mask=along0(mask_m, SW),
+                                    other=0.0)
                     c = x & (15 << (4 * h))
                     if BITS == 5:
                         c = c | (((hi >> (2 * jp + h)) & 1) << (4 + 4 * h))
@@ -306,7 +309,10 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: 128 registers (``maxnreg``; 12 B spill) for 4 programs per SM, "swapw" 256 on 8 warps at 128 registers
 #: (no spill, 2 per SM), "swapx" 256 on 4 warps (218 registers, 2 per SM: the per-dot B staging and
 #: barriers over twice the rows; fewest instructions per weight). The swapped loop takes each group's
-#: activations one group ahead. Meant for M <= 16 (BM=16): at BM=64 they spill 256 B (ptxas sm_90).
+#: activations one group ahead (``apre``). Meant for M <= 16 (BM=16): at BM=64 they spill 256 B (ptxas).
+#: ``apre``: the group's activations as one tile loaded a group ahead, the 8 nibble planes split in
+#: registers (the per-plane loads each sit behind a dot's operand-staging barrier: one L2 round trip per
+#: dot on the critical path, ~3 us per group per program in nib8x); "nib8xp" is nib8x with it (255 regs).
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
@@ -317,12 +323,15 @@ DECODE = {
     "nib8": dict(BN=128, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=True),
     "nib8w": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
     "nib8x": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
-    "swap": dict(BN=128, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True),
+    "nib8xp": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, apre=True),
+    "swap": dict(BN=128, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
+                 apre=True),
     "swapr": dict(BN=128, num_warps=4, num_stages=3, occ=4, reduce="kernel", dot16=True, nib8=True, swap=True,
-                  maxnreg=128),
+                  apre=True, maxnreg=128),
     "swapw": dict(BN=256, num_warps=8, num_stages=3, occ=2, reduce="kernel", dot16=True, nib8=True, swap=True,
-                  maxnreg=128),
-    "swapx": dict(BN=256, num_warps=4, num_stages=3, occ=2, reduce="kernel", dot16=True, nib8=True, swap=True),
+                  apre=True, maxnreg=128),
+    "swapx": dict(BN=256, num_warps=4, num_stages=3, occ=2, reduce="kernel", dot16=True, nib8=True, swap=True,
+                  apre=True),
 }
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
 DECODE_DEFAULT = "nib8x"
@@ -338,7 +347,7 @@ PREFILL = {
 }
 PREFILL_DEFAULT = "k32"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8", "swap",
-         "ablate", "maxnreg"}
+         "ablate", "maxnreg", "apre"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -373,12 +382,13 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         cfg = dict(BM=32, BN=128, KS=64, GROUP_M=8, splits=1, num_warps=8, num_stages=3)
     else:
         cfg = dict(splits=1, **PREFILL[PREFILL_DEFAULT])
-    base = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None)
+    base = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
+                apre=False)
     cfg = base | cfg | override
     if cfg["ablate"] not in ABLATIONS:
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
-    if (cfg["swap"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
-        raise ValueError("w4a8_gemm config: swap / ablate act on the nib8 loop and need dot16=True, nib8=True")
+    if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
+        raise ValueError("w4a8_gemm config: swap / apre / ablate act on the nib8 loop and need dot16=True, nib8=True")
     if cfg["ablate"] != "none" and cfg["BM"] != 16:
         raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
     if band == "decode":  # BM x BN <= 4096: at BM=64 a 128-wide tile spills ~800 B (ptxas sm_90)
@@ -416,8 +426,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if M == 0:
         return out
     has_dot16 = "DOT16" in kernel.arg_names
-    if cfg and not has_dot16 and {"dot16", "nib8", "swap", "ablate"} & cfg.keys():
-        raise ValueError(f"{op}: dot16 / nib8 / swap / ablate are not knobs of this kernel")
+    if cfg and not has_dot16 and {"dot16", "nib8", "swap", "ablate", "apre"} & cfg.keys():
+        raise ValueError(f"{op}: dot16 / nib8 / swap / ablate / apre are not knobs of this kernel")
     interp = triton_interpreted()
     cfg = config(M, N, K, resolve_band(band, M, op), interp, cfg, decode)
     if cfg["reduce"] not in ("host", "kernel"):
@@ -431,7 +441,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if cfg["maxnreg"]:  # ptxas register cap (more resident programs per SM)
         constexprs.update(maxnreg=cfg["maxnreg"])
     if has_dot16:
-        constexprs.update(DOT16=cfg["dot16"], NIB8=cfg["nib8"], SWAP=cfg["swap"], ABLATE=ABLATIONS[cfg["ablate"]])
+        constexprs.update(DOT16=cfg["dot16"], NIB8=cfg["nib8"], SWAP=cfg["swap"], ABLATE=ABLATIONS[cfg["ablate"]],
+                          APRE=cfg["apre"])
     kernel[(tiles, cfg["splits"])](
         *tensors, ws, out, cnt, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
         SPLIT=split, HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"],
