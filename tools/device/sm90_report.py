@@ -6,6 +6,8 @@ iteration and warp-instructions per weight — with 4 schedulers per SM issuing 
 issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``; the MMA kind in the PTX (wgmma with the A
 operand from registers or shared memory, mma.sync) and whether cp.async / TMA loads appear.
 ``[band[:name[,name...]]]`` limits the configs; decode also lists the ablation rows (``name:ablate``).
+Figures depend on the Triton version (the GPU image runs 3.6: put a Triton 3.6 first on PYTHONPATH to
+see what the GPU will run).
 """
 
 from __future__ import annotations

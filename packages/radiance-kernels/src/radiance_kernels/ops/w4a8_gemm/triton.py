@@ -305,14 +305,16 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: "swap*" (swap-AB, e4m3 activations; int8 activations run the non-swapped nib8 loop, explicitly): the
 #: same nib8 loop in the transposed frame, ``outT [BN, BM] = (q - off) [BN, K] · aT [K, BM]``, so the
 #: register-unpacked weight tile is the MMA's M side (wgmma on sm_90, A from registers) and the token
-#: tile (16) its N: "swap" BN=128 on 4 warps (138 registers: 3 programs per SM), "swapr" the same capped at
-#: 128 registers (``maxnreg``; 12 B spill) for 4 programs per SM, "swapw" 256 on 8 warps at 128 registers
-#: (no spill, 2 per SM), "swapx" 256 on 4 warps (218 registers, 2 per SM: the per-dot B staging and
-#: barriers over twice the rows; fewest instructions per weight). The swapped loop takes each group's
-#: activations one group ahead (``apre``). Meant for M <= 16 (BM=16): at BM=64 they spill 256 B (ptxas).
+#: tile (16) its N: "swap" BN=128 on 4 warps, "swapr" the same capped at 168 registers (``maxnreg``) for 3
+#: programs per SM, "swapw" 256 on 8 warps at 128 registers (2 per SM), "swapx" 256 on 4 warps (the per-dot
+#: B staging and barriers over twice the rows; fewest instructions per weight). ptxas sm_90, registers /
+#: spill B with Triton 3.6 (the GPU image) and 3.7.1: swap 217/0, 138/0; swapr 168/24, 128/0; swapw 128/72,
+#: 123/0; swapx 255/8, 218/0. All take each group's activations one group ahead (``apre``). Meant for
+#: M <= 16 (BM=16): at BM=64 they spill 256 B.
 #: ``apre``: the group's activations as one tile loaded a group ahead, the 8 nibble planes split in
 #: registers (the per-plane loads each sit behind a dot's operand-staging barrier: one L2 round trip per
-#: dot on the critical path, ~3 us per group per program in nib8x); "nib8xp" is nib8x with it (255 regs).
+#: dot on the critical path, ~3 us per group per program in nib8x); "nib8xp" is nib8x with it (209 regs,
+#: 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173).
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
@@ -326,8 +328,8 @@ DECODE = {
     "nib8xp": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, apre=True),
     "swap": dict(BN=128, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
                  apre=True),
-    "swapr": dict(BN=128, num_warps=4, num_stages=3, occ=4, reduce="kernel", dot16=True, nib8=True, swap=True,
-                  apre=True, maxnreg=128),
+    "swapr": dict(BN=128, num_warps=4, num_stages=3, occ=3, reduce="kernel", dot16=True, nib8=True, swap=True,
+                  apre=True, maxnreg=168),
     "swapw": dict(BN=256, num_warps=8, num_stages=3, occ=2, reduce="kernel", dot16=True, nib8=True, swap=True,
                   apre=True, maxnreg=128),
     "swapx": dict(BN=256, num_warps=4, num_stages=3, occ=2, reduce="kernel", dot16=True, nib8=True, swap=True,
