@@ -108,7 +108,7 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
                       **tiles)
             out.append((f"w4a8 {band} {name} {label}", w4._w4a8_kernel, ce, {**opts, "int8": int8},
                         cfg["BN"] * GROUP))
-        if not (cfg["swap"] or ":" in name):
+        if not (cfg["swap"] or cfg["apre"] or ":" in name):  # mxfp4 has no swap / apre / ablate
             out.append((f"mxfp4 {band} {name}", _mxfp4_kernel, tiles, opts, cfg["BN"] * GROUP))
     return out
 
