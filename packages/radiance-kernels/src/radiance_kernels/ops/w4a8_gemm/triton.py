@@ -314,7 +314,9 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: ``apre``: the group's activations as one tile loaded a group ahead, the 8 nibble planes split in
 #: registers (the per-plane loads each sit behind a dot's operand-staging barrier: one L2 round trip per
 #: dot on the critical path, ~3 us per group per program in nib8x); "nib8xp" is nib8x with it (209 regs,
-#: 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173).
+#: 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr" capped at 168 registers
+#: (3 programs per SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126 registers with
+#: 3.6: 4 per SM; 214 with 3.7.1).
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
@@ -326,6 +328,9 @@ DECODE = {
     "nib8w": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
     "nib8x": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
     "nib8xp": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, apre=True),
+    "nib8xpr": dict(BN=256, num_warps=4, num_stages=3, occ=3, reduce="kernel", dot16=True, nib8=True, apre=True,
+                    maxnreg=168),
+    "nib8p": dict(BN=128, num_warps=4, num_stages=4, occ=4, reduce="kernel", dot16=True, nib8=True, apre=True),
     "swap": dict(BN=128, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
                  apre=True),
     "swapr": dict(BN=128, num_warps=4, num_stages=3, occ=3, reduce="kernel", dot16=True, nib8=True, swap=True,
