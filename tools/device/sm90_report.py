@@ -3,7 +3,11 @@
 ``python tools/device/sm90_report.py [decode|prefill ...]`` (TRITON_INTERPRET unset). Per variant: registers,
 spill bytes, stack, shared memory, and the SASS of the group loop (the longest loop): instructions per
 iteration and warp-instructions per weight — with 4 schedulers per SM issuing one each per cycle, the
-issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``.
+issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``; the MMA kind in the PTX (wgmma with the A
+operand from registers or shared memory, mma.sync) and whether cp.async / TMA loads appear.
+``[band[:name[,name...]]]`` limits the configs; decode also lists the ablation rows (``name:ablate``).
+Figures depend on the Triton version (the GPU image runs 3.6: put a Triton 3.6 first on PYTHONPATH to
+see what the GPU will run).
 """
 
 from __future__ import annotations
@@ -25,18 +29,21 @@ from radiance_kernels.ops.w4a8_gemm.reference import GROUP
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 CLOCK_GHZ = 1.98  # H200 boost
+ABLATE = ("nib8x", "nib8xp", "swap", "swapx")  # the decode configs whose ablation rows are listed (as the bench's)
 TYPES = {"a_ptr": "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32", "part_ptr": "*fp32",
          "out_ptr": "*bf16", "cnt_ptr": "*i32"}
 
 
-def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8: bool = False):
+def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8: bool = False,
+                 maxnreg: int | None = None):
     types = {**TYPES, "a_ptr": "*i8" if int8 else "*u8"}
     sig = {n: "constexpr" if n in constexprs else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     if kernel is _mxfp4_kernel:
         sig["ws_ptr"] = "*u8"
     return triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),
-                          target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": num_stages})
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": num_stages,
+                                                                      "maxnreg": maxnreg})
 
 
 def ptxas_report(ptx: str) -> dict:
@@ -67,37 +74,56 @@ def loop_sass(cubin: bytes) -> tuple[int, Counter]:
     return len(ops), Counter(ops)
 
 
-def w4a8_variants(band: str) -> list[tuple[str, object, dict, dict]]:
+def mma_kind(ptx: str) -> str:
+    """wgmma (A from registers ``rA`` or shared ``sA``, shape), mma.sync, and the async copies used."""
+    kinds = []
+    wgmma = r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)[^\n]*?\{[^}]*\},\s*(\{|%rd)"  # acc, then A
+    for m in sorted(set(re.findall(wgmma, ptx))):
+        kinds.append(f"wgmma.{m[0]}{'.rA' if m[1] == '{' else '.sA'}")
+    if "mma.sync" in ptx:
+        kinds.append("mma.sync")
+    kinds += [name for name, pat in (("cp.async", "cp.async.ca" if "cp.async.ca" in ptx else "cp.async.cg"),
+                                     ("tma", "cp.async.bulk.tensor")) if pat in ptx]
+    return ",".join(kinds) or "no-mma"
+
+
+def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, object, dict, dict]]:
     """(name, kernel, constexprs, launch options) for the configs :func:`w4.config` gives the band."""
     out = []
-    names = w4.DECODE if band == "decode" else w4.PREFILL
-    for name in names:
-        cfg = w4.config(16 if band == "decode" else 2048, 14336, 5120, band, False,
-                        w4.DECODE[name] if band == "decode" else w4.PREFILL[name])
+    names = dict(w4.DECODE if band == "decode" else w4.PREFILL)
+    if band == "decode":
+        names |= {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE for ab in ("nodot", "noload")}
+    for name in only or names:
+        cfg = w4.config(16 if band == "decode" else 2048, 14336, 5120, band, False, names[name])
         split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
         tiles = dict(SPLIT=split, HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
-        opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], maxnreg=cfg["maxnreg"])
         elems = [("int4 e4m3 group", 4, False, True, False), ("int5 e4m3 token", 5, False, False, False),
                  ("int4 int8 group ZPE", 4, True, True, True)]
         for label, bits, int8, grouped, zpe in elems:
+            if ":" in name and label != "int4 e4m3 group":
+                continue
             ce = dict(BITS=bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, DOT16=cfg["dot16"], NIB8=cfg["nib8"], BG=16,
-                      ZPE_PREC="tf32x3", **tiles)
+                      ZPE_PREC="tf32x3", SWAP=cfg["swap"], ABLATE=w4.ABLATIONS[cfg["ablate"]], APRE=cfg["apre"],
+                      **tiles)
             out.append((f"w4a8 {band} {name} {label}", w4._w4a8_kernel, ce, {**opts, "int8": int8},
                         cfg["BN"] * GROUP))
-        out.append((f"mxfp4 {band} {name}", _mxfp4_kernel, tiles, opts, cfg["BN"] * GROUP))
+        if not (cfg["swap"] or cfg["apre"] or ":" in name):  # mxfp4 has no swap / apre / ablate
+            out.append((f"mxfp4 {band} {name}", _mxfp4_kernel, tiles, opts, cfg["BN"] * GROUP))
     return out
 
 
 def main(argv: list[str]) -> int:
-    for band in argv or ["decode", "prefill"]:
-        for name, kernel, ce, opts, weights in w4a8_variants(band):
+    for arg in argv or ["decode", "prefill"]:
+        band, _, names = arg.partition(":")
+        for name, kernel, ce, opts, weights in w4a8_variants(band, names.split(",") if names else None):
             c = compile_sm90(kernel, ce, **opts)
             rep = ptxas_report(c.asm["ptx"])
             n, hist = loop_sass(c.asm["cubin"])
             top = " ".join(f"{k}:{v}" for k, v in hist.most_common(8))
-            print(f"{name:40s} regs {rep['regs']:3d} spill {rep['spill_st']}/{rep['spill_ld']} B "
-                  f"stack {rep['stack']} smem {c.metadata.shared} | loop {n} instr, "
-                  f"{n * opts['num_warps'] / weights:.3f} warp-instr/weight | {top}", flush=True)
+            print(f"{name:44s} {mma_kind(c.asm['ptx']):28s} regs {rep['regs']:3d} "
+                  f"spill {rep['spill_st']}/{rep['spill_ld']} B stack {rep['stack']} smem {c.metadata.shared} "
+                  f"| loop {n} instr, {n * opts['num_warps'] / weights:.3f} warp-instr/weight | {top}", flush=True)
     return 0
 
 

@@ -120,20 +120,52 @@ def test_triton_matches_reference(bits, elem, grouped, zpe, band, device):
     assert r <= REL and mx <= 4 * REL, (r, mx)
 
 
-@pytest.mark.parametrize("name", ["split", "fused", "nib8", "nib8w", "nib8x"])
-def test_decode_configs(name, device):
-    """Every named decode tile config (the bench's A/B) at 3 splits: kernel == reference."""
+SWAP_VARIANTS = [(4, "e4m3", True, False), (5, "e4m3", False, True), (4, "int8", True, True)]
+
+
+@pytest.mark.parametrize("name,bits,elem,grouped,zpe",
+                         [(n, 5, "e4m3", False, False) for n in ("split", "nib8")]
+                         + [(n, 4, "e4m3", True, False) for n in ("fused", "nib8w", "nib8x", "nib8xp", "nib8xpr",
+                                                                 "nib8p", "swapr", "swapw", "swapx")]
+                         + [("swap", *v) for v in SWAP_VARIANTS])
+def test_decode_configs(name, bits, elem, grouped, zpe, device):
+    """Every named decode tile config (the bench's A/B) at 3 splits: kernel == reference ("swap" also
+    int5 / per-token / ZPE, and int8 activations, which it runs on the non-swapped loop)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, M, K, N, bounds = 2, 5, 384, 512, [0, 256, 512]
-    bits, grouped = (5, False) if name in ("split", "nib8") else (4, True)
-    A, AS, RS, _ = acts(P, M, K, "e4m3", grouped, seed=7, device=device)
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=7, device=device)
     w = prepare_codes(*weights(K, N, bits, device=device), bits)
-    ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
+    ref = call(A, AS, RS, w, bounds, zpe, "decode", "reference")
     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
-    impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[name], "splits": 3})
+    impl.gemm(A, AS, RS, w, bounds, zpe, "decode", out=out, cfg={**impl.DECODE[name], "splits": 3})
     r, mx = gemm_error(out, ref)
     assert r <= REL and mx <= 4 * REL, (r, mx)
+
+
+def test_config_knobs_raise():
+    """swap / ablate need the nib8 loop; an unknown ablation is named."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    with pytest.raises(ValueError, match="swap / apre / ablate"):
+        impl.config(8, 512, 384, "decode", True, {**impl.DECODE["fused"], "swap": True})
+    with pytest.raises(ValueError, match="swap / apre / ablate"):
+        impl.config(8, 512, 384, "decode", True, {**impl.DECODE["split"], "ablate": "nodot"})
+    with pytest.raises(ValueError, match="ablate must be"):
+        impl.config(8, 512, 384, "decode", True, {**impl.DECODE["swap"], "ablate": "nomma"})
+    with pytest.raises(ValueError, match="BM == 16"):
+        impl.config(40, 512, 384, "decode", True, {**impl.DECODE["swap"], "ablate": "nodot"})
+
+
+@pytest.mark.parametrize("name,ablate", [("nib8x", "nodot"), ("swap", "noload")])
+def test_ablations_run(name, ablate, device):
+    """The bench's ablation rows (wrong results by design) launch and write every output."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    A, AS, RS, _ = acts(1, 5, 384, "e4m3", True, device=device)
+    w = prepare_codes(*weights(384, 256, 4, device=device), 4)
+    out = impl.gemm(A, AS, RS, w, [0, 256], False, "decode", cfg={**impl.DECODE[name], "ablate": ablate})
+    assert out.shape == (5, 256) and torch.isfinite(out.float()).all()
 
 
 @pytest.mark.parametrize("kind,zkind,P",

@@ -1,6 +1,9 @@
 """A/B sections: the W4A8 GEMM's named tile configs side by side in one process.
 
-``decode_variants``: every config of ``w4a8_gemm.triton.DECODE`` at M = 1, 8, 16 on each TP=1 shape;
+``decode_variants``: every config of ``w4a8_gemm.triton.DECODE`` at M = 1, 8, 16 on each TP=1 shape, then
+the ablation rows ``"<config>:nodot"`` (loads + unpack, no MMA) and ``"<config>:noload"`` (unpack + MMA, no
+weight loads) for :data:`ABLATE_CONFIGS` — what limits a config, by removing one part; their outputs are
+wrong by design, so their ``rel_vs_first`` is not a check (``ablation`` = True on those rows);
 ``prefill_variants``: every config of ``PREFILL`` at M = 2048 on three shapes. The GEMM alone, int4,
 e4m3 per-group activations (the served decode format) pre-quantised by ``rotate_quant``, weights
 DRAM-fed. Each row carries its split count and its relative error against the first config's output
@@ -19,6 +22,7 @@ from radiance_kernels.ops.w4a8_gemm import triton as w4
 from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
+ABLATE_CONFIGS = ("nib8x", "nib8xp", "swap", "swapx")
 PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
 
 
@@ -51,10 +55,11 @@ def _rows(record, results: list, section: str, configs: dict, band: str, weights
         rate = (dict(frac_copy=tbps / ceil["copy_TBps"], frac_read=tbps / ceil["read_TBps"]) if band == "decode"
                 else dict(frac_fp8_ceiling=flops / sec / 1e12 / ceil["fp8_TFLOPs"]))
         record(section, f"w4a8 gemm int4 {name}", t, **meta, splits=full["splits"], rel_vs_first=_rel(out, first),
-               weight_TBps=tbps, TFLOPs=flops / sec / 1e12, **rate)
+               weight_TBps=tbps, TFLOPs=flops / sec / 1e12, ablation=full["ablate"] != "none", **rate)
 
 
 def decode_variants(record, results: list, ceil: dict) -> None:
+    ablations = {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE_CONFIGS for ab in ("nodot", "noload")}
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
             continue
@@ -63,8 +68,8 @@ def decode_variants(record, results: list, ceil: dict) -> None:
             x = activations(M, proj.K, seed=M)
             pres = [_pre(x, wt) for wt in weights]
             meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
-            _rows(record, results, "decode_variants", w4.DECODE, "decode", weights, pres, 2 * M * proj.N * proj.K, meta,
-                  ceil, 64)
+            _rows(record, results, "decode_variants", w4.DECODE | ablations, "decode", weights, pres,
+                  2 * M * proj.N * proj.K, meta, ceil, 64)
         del weights
 
 

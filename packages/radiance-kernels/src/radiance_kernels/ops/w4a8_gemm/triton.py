@@ -17,7 +17,11 @@ over M, N in grouped launch order. The loop runs over 128-groups (the scale grou
 Weight codes into the dot, e4m3 activations: fp8 dot on the KS-wide unpacked tile (``c - 2^(b-1)``
 to e4m3 by one fp16 → fp8 convert on GPUs, the integer encoder under the interpreter), or with
 ``dot16`` an fp16 dot (:func:`dot16`), with ``nib8`` per nibble index (no reshape of the packed
-words, which then load straight into the mma operand layout). int8 activations: int8 x int8 dot.
+words, which then load straight into the mma operand layout). ``swap`` (swap-AB, e4m3 only; int8
+activations take the non-swapped loop) runs the nib8 loop transposed, ``outT [BN, BM] = (q - off) · aT``:
+the register-unpacked weights are the MMA's M side (sm_90: wgmma, A from registers, N = the 16-token
+tile), the acc is transposed back before the epilogue. int8 activations: int8 x int8 dot. ``ablate``
+(bench only) removes the MMA or the DRAM weight stream from the nib8 loop (:data:`DECODE`).
 Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90, no GPU needed).
 """
 
@@ -63,11 +67,59 @@ def load_nibbles(w_ptr, k0, offs_n, mask_n, N, BK: tl.constexpr, BN: tl.constexp
 
 
 @triton.jit
-def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0):
+def along0(v, SWAP: tl.constexpr):
+    """``v`` along axis 0 of the tile frame (``v[:, None]``); SWAP (the transposed frame): ``v[None, :]``."""
+    if SWAP:
+        r = v[None, :]
+    else:
+        r = v[:, None]
+    return r
+
+
+@triton.jit
+def along1(v, SWAP: tl.constexpr):
+    """``v`` along axis 1 of the tile frame (``v[None, :]``); SWAP: ``v[:, None]``."""
+    if SWAP:
+        r = v[:, None]
+    else:
+        r = v[None, :]
+    return r
+
+
+@triton.jit
+def plane(x, J: tl.constexpr):
+    """``x[:, :, J]`` of a ``[R, C, 8]`` tile, by three in-register splits (shared between the 8 planes)."""
+    R: tl.constexpr = x.shape[0]
+    C: tl.constexpr = x.shape[1]
+    lo, hi = tl.split(tl.reshape(x, (R, C, 4, 2)))
+    if J % 2:
+        y = hi
+    else:
+        y = lo
+    lo, hi = tl.split(tl.reshape(y, (R, C, 2, 2)))
+    if (J // 2) % 2:
+        y = hi
+    else:
+        y = lo
+    lo, hi = tl.split(y)
+    if J // 4:
+        y = hi
+    else:
+        y = lo
+    return y
+
+
+@triton.jit
+def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, SWAP: tl.constexpr = False,
+          NODOT: tl.constexpr = False):
     """``acc + a · (q - OFF)`` for e4m3 codes ``a`` and weight codes ``c = q << SH`` (``q < 32``, SH 0 or 4)
     with fp16 operands: ``c | 0x6400`` is the fp16 ``1024 + c`` (no int→float convert), minus
     ``1024 + (OFF << SH)`` exactly = ``2^SH (q - OFF)``; ``a`` is taken times ``2^-SH`` (exact in fp16 for
-    every e4m3 value), so the products are exact in the fp32 sum (fp32 operands under the interpreter)."""
+    every e4m3 value), so the products are exact in the fp32 sum (fp32 operands under the interpreter).
+    SWAP: ``a`` is ``[K, M]``, ``c`` is ``[N, K]`` and the result ``acc + (q - OFF) · a`` (swap-AB: the
+    register-made weight tile is the MMA's M side). NODOT (ablation, wrong result, BM == 16): no MMA, the
+    unpacked tile is added into ``acc`` elementwise (the weight loads and the unpack stay live, the
+    activations are dead code)."""
     w = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + (OFF << SH))
     a = a.to(tl.float8e4nv, bitcast=True)
     if HW:
@@ -77,7 +129,13 @@ def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0):
         w = w.to(tl.float32)
     if SH:
         a = a * (1.0 / (1 << SH))
-    return tl.dot(a, w, acc)
+    if NODOT:
+        r = acc + w.to(tl.float32)
+    elif SWAP:
+        r = tl.dot(w, a, acc)
+    else:
+        r = tl.dot(a, w, acc)
+    return r
 
 
 @triton.jit
@@ -110,7 +168,8 @@ def _w4a8_kernel(
     BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, ZPE: tl.constexpr,
     SPLIT: tl.constexpr, HW: tl.constexpr, DOT16: tl.constexpr, NIB8: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, BG: tl.constexpr,
-    GROUP_M: tl.constexpr, ZPE_PREC: tl.constexpr,
+    GROUP_M: tl.constexpr, ZPE_PREC: tl.constexpr, SWAP: tl.constexpr = False, ABLATE: tl.constexpr = 0,
+    APRE: tl.constexpr = False,
 ):
     pid_m, pid_n, part = tile_coords(M, N, b1, b2, BM, BN, GROUP_M)
     pid_s = tl.program_id(1)
@@ -122,7 +181,10 @@ def _w4a8_kernel(
     mask_n = offs_n < N
     if HW and not INT8:  # typed fp8 loads: the tile can feed the dot (and its pipeline) with no cast op
         a_ptr = a_ptr.to(tl.pointer_type(tl.float8e4nv))
-    a_rows = a_ptr + part.to(tl.int64) * M * K + offs_m.to(tl.int64)[:, None] * K
+    NIB: tl.constexpr = NIB8 and DOT16 and not INT8  # e4m3 only: int8 keeps the int8 dot
+    SW: tl.constexpr = SWAP and NIB  # the loop runs in the transposed frame: tiles [BN, BM], weights [BN, K]
+    AP: tl.constexpr = APRE and NIB
+    a_rows = a_ptr + part.to(tl.int64) * M * K + along0(offs_m.to(tl.int64) * K, SW)
     rs_rows = rs_ptr + part * M * G + offs_m * G
     if GROUP_AS:
         as_rows = as_ptr + part * M * G + offs_m * G
@@ -132,29 +194,44 @@ def _w4a8_kernel(
     offs_i = tl.arange(0, BK // 8)
     shift_h = tl.arange(0, 32)
     OFF: tl.constexpr = 1 << (BITS - 1)
-    NIB: tl.constexpr = NIB8 and DOT16 and not INT8  # e4m3 only: int8 keeps the int8 dot
 
     g_lo = pid_s * groups_per_split
     g_hi = tl.minimum(g_lo + groups_per_split, G)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    TM: tl.constexpr = BN if SW else BM  # the tile frame [TM, TN]
+    TN: tl.constexpr = BM if SW else BN
+    acc = tl.zeros((TM, TN), dtype=tl.float32)
+    if AP:  # the group's activations [BM, 16, 8] (frame order; k = 8i + j: 8-byte rows), one group ahead: the
+        # per-plane loads otherwise sit behind the barrier of each dot's operand staging, one L2 trip per dot
+        a3_ptrs = (a_rows + along1(8 * offs_i, SW))[:, :, None] + tl.arange(0, 8)[None, None, :]
+        a3_mask = along0(mask_m, SW)[:, :, None]
+        a3 = tl.load(a3_ptrs + g_lo * BK, mask=a3_mask & (g_lo < g_hi), other=0.0)
     for g in range(g_lo, g_hi):
         if INT8:
-            t = tl.zeros((BM, BN), dtype=tl.int32)
+            t = tl.zeros((TM, TN), dtype=tl.int32)
         else:
-            t = tl.zeros((BM, BN), dtype=tl.float32)
+            t = tl.zeros((TM, TN), dtype=tl.float32)
         if NIB:  # one K=16 dot per nibble index j (k = 8i + j): the words are never reshaped
-            words = tl.load(wq_ptr + (g * 16 + offs_i)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
+            gw = g_lo + (g - g_lo) % 2 if ABLATE == 2 else g  # noload: the first two groups, L2-resident
+            words = tl.load(wq_ptr + along0((gw * 16 + offs_i) * N, SW) + along1(offs_n, SW), mask=along1(mask_n, SW),
+                            other=0)
             if BITS == 5:  # bit 4 of q[k] is bit 8(i%4) + j of wh[g*4 + i//4]
-                hi = tl.load(wh_ptr + (g * 4 + offs_i // 4)[:, None] * N + offs_n[None, :], mask=mask_n[None, :],
-                             other=0) >> (8 * (offs_i % 4))[:, None]
+                hi = tl.load(wh_ptr + along0((g * 4 + offs_i // 4) * N, SW) + along1(offs_n, SW),
+                             mask=along1(mask_n, SW), other=0) >> along0(8 * (offs_i % 4), SW)
+            if AP:
+                a3_cur = a3
+                a3 = tl.load(a3_ptrs + (g + 1) * BK, mask=a3_mask & (g + 1 < g_hi), other=0.0)
             for jp in tl.static_range(4):  # nibbles 2jp, 2jp+1 from one shift: the odd one as 16 q (dot16 SH=4)
                 x = words >> (8 * jp)
                 for h in tl.static_range(2):
-                    a = tl.load(a_rows + g * BK + 8 * offs_i[None, :] + 2 * jp + h, mask=mask_m[:, None], other=0.0)
+                    if AP:
+                        a = plane(a3_cur, 2 * jp + h)
+                    else:
+                        a = tl.load(a_rows + g * BK + along1(8 * offs_i, SW) + 2 * jp + h, mask=along0(mask_m, SW),
+                                    other=0.0)
                     c = x & (15 << (4 * h))
                     if BITS == 5:
                         c = c | (((hi >> (2 * jp + h)) & 1) << (4 + 4 * h))
-                    t = dot16(a, c, t, OFF, HW, 4 * h)
+                    t = dot16(a, c, t, OFF, HW, 4 * h, SW, ABLATE == 1)
         for kk in tl.static_range(0, 0 if NIB else BK, KS):  # KS-wide steps through the group
             k0 = g * BK + kk
             a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0.0)
@@ -177,16 +254,18 @@ def _w4a8_kernel(
         sz = tl.load(sz_ptr + g * N + offs_n, mask=mask_n, other=0)
         s = (sz & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
         if ZPE:
-            contrib = t * s[None, :]
+            contrib = t * along1(s, SW)
         else:
             d = (sz >> 16).to(tl.float32)
             rs = tl.load(rs_rows + g, mask=mask_m, other=0.0)
-            contrib = t * s[None, :] - (s * d)[None, :] * rs[:, None]
+            contrib = t * along1(s, SW) - along1(s * d, SW) * along0(rs, SW)
         if GROUP_AS:
             asg = tl.load(as_rows + g, mask=mask_m, other=0.0)
-            acc += asg[:, None] * contrib
+            acc += along0(asg, SW) * contrib
         else:
             acc += contrib
+    if SW:  # back to the [BM, BN] frame for the epilogue
+        acc = tl.trans(acc)
     if ZPE:
         for gc in range(g_lo, g_hi, BG):
             offs_g = gc + tl.arange(0, BG)
@@ -223,14 +302,45 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: K=16 dot per nibble index, the packed words go straight to the mma operand layout; "nib8w": its
 #: 256-wide tile on 8 warps; "nib8x": 256 wide on 4 warps (per-warp activation work over twice the
 #: columns; 188 registers, 2 programs per SM). Nibble pairs share one shift (:func:`dot16` SH).
+#: "swap*" (swap-AB, e4m3 activations; int8 activations run the non-swapped nib8 loop, explicitly): the
+#: same nib8 loop in the transposed frame, ``outT [BN, BM] = (q - off) [BN, K] · aT [K, BM]``, so the
+#: register-unpacked weight tile is the MMA's M side (wgmma on sm_90, A from registers) and the token
+#: tile (16) its N: "swap" BN=128 on 4 warps, "swapr" the same capped at 168 registers (``maxnreg``) for 3
+#: programs per SM, "swapw" 256 on 8 warps at 128 registers (2 per SM), "swapx" 256 on 4 warps (the per-dot
+#: B staging and barriers over twice the rows; fewest instructions per weight). ptxas sm_90, registers /
+#: spill B with Triton 3.6 (the GPU image) and 3.7.1: swap 217/0, 138/0; swapr 168/24, 128/0; swapw 128/72,
+#: 123/0; swapx 255/8, 218/0. All take each group's activations one group ahead (``apre``). Meant for
+#: M <= 16 (BM=16): at BM=64 they spill 256 B.
+#: ``apre``: the group's activations as one tile loaded a group ahead, the 8 nibble planes split in
+#: registers (the per-plane loads each sit behind a dot's operand-staging barrier: one L2 round trip per
+#: dot on the critical path, ~3 us per group per program in nib8x); "nib8xp" is nib8x with it (209 regs,
+#: 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr" capped at 168 registers
+#: (3 programs per SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126 registers with
+#: 3.6: 4 per SM; 214 with 3.7.1).
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
+#: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
+#: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
+#: stream) (:data:`ABLATIONS`).
 DECODE = {
     "split": dict(BN=64, num_warps=4, num_stages=4, occ=4, reduce="host", dot16=False, nib8=False),
     "fused": dict(BN=64, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=False),
     "nib8": dict(BN=128, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=True),
     "nib8w": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
     "nib8x": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
+    "nib8xp": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, apre=True),
+    "nib8xpr": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, apre=True,
+                    maxnreg=168),
+    "nib8p": dict(BN=128, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=True, apre=True),
+    "swap": dict(BN=128, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
+                 apre=True),
+    "swapr": dict(BN=128, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
+                  apre=True, maxnreg=168),
+    "swapw": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
+                  apre=True, maxnreg=128),
+    "swapx": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
+                  apre=True),
 }
+ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
 DECODE_DEFAULT = "nib8x"
 #: Prefill tile configs by name: "k32" is the first version (128x128, K steps of 32 in the group);
 #: "k64" steps 64 (half the wgmma issues and scale-fold barriers; no spill since the activation tile
@@ -243,7 +353,8 @@ PREFILL = {
     "n256": dict(BM=128, BN=256, KS=32, GROUP_M=8, num_warps=8, num_stages=3),
 }
 PREFILL_DEFAULT = "k32"
-_KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8"}
+_KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8", "swap",
+         "ablate", "maxnreg", "apre"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -278,7 +389,15 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         cfg = dict(BM=32, BN=128, KS=64, GROUP_M=8, splits=1, num_warps=8, num_stages=3)
     else:
         cfg = dict(splits=1, **PREFILL[PREFILL_DEFAULT])
-    cfg = dict(occ=None, reduce="kernel", dot16=False, nib8=False) | cfg | override
+    base = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
+                apre=False)
+    cfg = base | cfg | override
+    if cfg["ablate"] not in ABLATIONS:
+        raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
+    if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
+        raise ValueError("w4a8_gemm config: swap / apre / ablate act on the nib8 loop and need dot16=True, nib8=True")
+    if cfg["ablate"] != "none" and cfg["BM"] != 16:
+        raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
     if band == "decode":  # BM x BN <= 4096: at BM=64 a 128-wide tile spills ~800 B (ptxas sm_90)
         cfg["BN"] = min(cfg["BN"], max(64, 4096 // cfg["BM"]))
     if "splits" not in cfg:
@@ -314,8 +433,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if M == 0:
         return out
     has_dot16 = "DOT16" in kernel.arg_names
-    if cfg and "dot16" in cfg and not has_dot16:
-        raise ValueError(f"{op}: dot16 is not a knob of this kernel")
+    if cfg and not has_dot16 and {"dot16", "nib8", "swap", "ablate", "apre"} & cfg.keys():
+        raise ValueError(f"{op}: dot16 / nib8 / swap / ablate / apre are not knobs of this kernel")
     interp = triton_interpreted()
     cfg = config(M, N, K, resolve_band(band, M, op), interp, cfg, decode)
     if cfg["reduce"] not in ("host", "kernel"):
@@ -326,8 +445,11 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
     ws = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=device) if split else out
     cnt = torch.zeros(tiles, dtype=torch.int32, device=device) if split == 2 else out
+    if cfg["maxnreg"]:  # ptxas register cap (more resident programs per SM)
+        constexprs.update(maxnreg=cfg["maxnreg"])
     if has_dot16:
-        constexprs.update(DOT16=cfg["dot16"], NIB8=cfg["nib8"])
+        constexprs.update(DOT16=cfg["dot16"], NIB8=cfg["nib8"], SWAP=cfg["swap"], ABLATE=ABLATIONS[cfg["ablate"]],
+                          APRE=cfg["apre"])
     kernel[(tiles, cfg["splits"])](
         *tensors, ws, out, cnt, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
         SPLIT=split, HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"],
