@@ -2,7 +2,7 @@
 # One H200 call: full-shape kernel correctness (pytest, RADIANCE_FULL_SHAPES=1) + the kernel benches.
 # Runs from source on the bare GPU image (torch + Triton, no vLLM, no network). Test tools and GemLite
 # travel in the git-ignored .whl/ folder, made here with tools/device/fetch_wheels.sh.
-#   usage (GPU machine, repo root): OUT=dir [PYTEST_K=expr] [SECTIONS="decode ..."] bash tools/device/h200_run.sh [pytest|bench|all]
+#   usage (GPU machine, repo root): OUT=dir [PYTEST_K=expr] [SECTIONS="decode ..."] [BENCH_ARGS="--decode-m 8 --configs a b"] bash tools/device/h200_run.sh [pytest|bench|all]
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-results/h200/local}
@@ -26,7 +26,7 @@ if [[ $what == bench || $what == all ]]; then
   # one process per section, each under its own time budget: a slow section cannot starve the others
   for section in ${SECTIONS:-decode prefill producer stack skinny}; do
     timeout "${SECTION_BUDGET:-120}" python3 -m radiance_bench.kernelbench.run --out "$OUT" \
-      --sections "$section" 2>&1 | tee -a "$OUT/bench.log" | grep -v '^{' | tail -60
+      --sections "$section" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench.log" | grep -v '^{' | tail -60
   done
 fi
 exit $rc

@@ -43,3 +43,13 @@ def test_cli_writes_atomically(tmp_path):
     assert tune.main([str(out), str(src)]) == 0
     assert json.loads(out.read_text())["source"] == ["kb.json"]
     assert not out.with_suffix(".tmp").exists()
+
+
+def test_variant_filter_names_unknown_configs():
+    from radiance_bench.kernelbench.variants import pick
+
+    configs = {"a": 1, "b": 2, "c": 3}
+    assert pick(configs, None) is configs
+    assert pick(configs, ["c", "a"]) == {"a": 1, "c": 3}
+    with pytest.raises(ValueError, match="unknown configs"):
+        pick(configs, ["a", "zz"])

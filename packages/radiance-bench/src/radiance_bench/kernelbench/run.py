@@ -194,21 +194,25 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
                 weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12)
 
 
-def decode_variants(results: list, ceil: dict) -> None:
+def decode_variants(results: list, ceil: dict, ms=DECODE_M, names=None) -> None:
     """A/B of the W4A8 GEMM's named decode tile configs (:mod:`.variants`)."""
-    variants.decode_variants(partial(_record, results), results, ceil)
+    variants.decode_variants(partial(_record, results), results, ceil, ms=ms, names=names)
 
 
-def prefill_variants(results: list, ceil: dict) -> None:
+def prefill_variants(results: list, ceil: dict, names=None) -> None:
     """A/B of the W4A8 GEMM's named prefill tile configs (:mod:`.variants`)."""
-    variants.prefill_variants(partial(_record, results), results, ceil)
+    variants.prefill_variants(partial(_record, results), results, ceil, names=names)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--sections", nargs="*", default=list(SECTIONS))
+    ap.add_argument("--decode-m", nargs="*", type=int, default=list(DECODE_M), help="M of decode_variants")
+    ap.add_argument("--configs", nargs="*", default=None, help="named configs of the *_variants sections")
     args = ap.parse_args(argv)
+    options = {"decode_variants": dict(ms=tuple(args.decode_m), names=args.configs),
+               "prefill_variants": dict(names=args.configs)}
     args.out.mkdir(parents=True, exist_ok=True)
     import triton
 
@@ -221,7 +225,7 @@ def main(argv=None) -> int:
         if name == "ceilings":
             continue
         try:
-            globals()[name](results, ceil)
+            globals()[name](results, ceil, **options.get(name, {}))
         except Exception as exc:  # noqa: BLE001 - keep the other sections' figures
             traceback.print_exc()
             results.append({"section": name, "error": f"{type(exc).__name__}: {exc}"[:500]})

@@ -58,27 +58,39 @@ def _rows(record, results: list, section: str, configs: dict, band: str, weights
                weight_TBps=tbps, TFLOPs=flops / sec / 1e12, ablation=full["ablate"] != "none", **rate)
 
 
-def decode_variants(record, results: list, ceil: dict) -> None:
+def pick(configs: dict, names: list[str] | None) -> dict:
+    """``configs`` restricted to ``names`` (all when None); an unknown name raises."""
+    if names is None:
+        return configs
+    if unknown := set(names) - configs.keys():
+        raise ValueError(f"kernelbench: unknown configs {sorted(unknown)}; known {sorted(configs)}")
+    return {n: configs[n] for n in configs if n in names}
+
+
+def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DECODE_M,
+                    names: list[str] | None = None) -> None:
     ablations = {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE_CONFIGS for ab in ("nodot", "noload")}
+    configs = pick(w4.DECODE | ablations, names)
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
             continue
         weights = [w4_weight(proj, 4, seed=i) for i in range(copies_needed(w4_weight(proj, 4, 0).nbytes))]
-        for M in DECODE_M:
+        for M in ms:
             x = activations(M, proj.K, seed=M)
             pres = [_pre(x, wt) for wt in weights]
             meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
-            _rows(record, results, "decode_variants", w4.DECODE | ablations, "decode", weights, pres,
+            _rows(record, results, "decode_variants", configs, "decode", weights, pres,
                   2 * M * proj.N * proj.K, meta, ceil, 64)
         del weights
 
 
-def prefill_variants(record, results: list, ceil: dict, M: int = 2048) -> None:
+def prefill_variants(record, results: list, ceil: dict, M: int = 2048, names: list[str] | None = None) -> None:
+    configs = pick(w4.PREFILL, names)
     for proj in projections(1):
         if proj.name not in PREFILL_SHAPES:
             continue
         weights = [w4_weight(proj, 4, seed=0)]
         pres = [_pre(activations(M, proj.K, seed=M), weights[0])]
         meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
-        _rows(record, results, "prefill_variants", w4.PREFILL, "prefill", weights, pres, 2 * M * proj.N * proj.K, meta,
+        _rows(record, results, "prefill_variants", configs, "prefill", weights, pres, 2 * M * proj.N * proj.K, meta,
               ceil, 8)
