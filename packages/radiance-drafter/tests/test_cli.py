@@ -32,6 +32,8 @@ def test_split_init_export(tmp_path, tiny_target, prompts):
     for fmt in ("bf16", "fp8"):
         _ok(["export", tmp_path / "d", tmp_path / fmt, "--format", fmt])
         assert (tmp_path / fmt / "model.safetensors").exists()
+    args = _ok(["capture-server-args", tiny_target, "--drafter", tmp_path / "d", "--storage", tmp_path / "hs"])
+    assert '"eagle_aux_hidden_state_layer_ids":[1,2]' in args and "HostHiddenStatesConnector" in args
 
 
 def test_compare_refuses_below_min_tokens(tmp_path):

@@ -17,6 +17,7 @@ engine itself, for targets only vLLM runs); the directory format is the same, ``
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from radiance_drafter.codec import dequantize, quantize
 from radiance_drafter.model import write_json
 from radiance_drafter.prompts import Prompt, prompt_seed
 from radiance_drafter.target import Sampling, ServedGenerator, ServedTarget, TargetRunner, prompt_ids
+from radiance_kernels.formats import e4m3
 
 INDEX = "index.json"
 FORMAT = "radiance-dflash-capture/1"
@@ -146,3 +148,37 @@ class CaptureSet:
 
     def __iter__(self) -> Iterator[Sample]:
         return (self[i] for i in range(len(self)))
+
+
+def agreement(a: CaptureSet, b: CaptureSet) -> dict:
+    """How two captures of the same prompts agree (e.g. in-process vs served).
+
+    Tokens and sample metadata must be equal. Taps: each side is e4m3 with a per-(token, layer) scale
+    ``s = amax/448``, so each dequantised element lies within half an e4m3 step of its source: 2^-4·|x| for
+    normals, s·2^-10 in the subnormal range. Sources that differ only by kernel rounding (~1e-6 relative)
+    round to the same code or to adjacent ones, so ``|a - b| ≤ 2^-3·max(|a|, |b|) + s·2^-9`` element-wise
+    (``taps_excess`` ≤ 0). Final-norm outputs (bf16, 2^-9 relative) must agree to 2^-7 of the row's amax.
+    """
+    meta_equal = [s for _, s in a.samples] == [s for _, s in b.samples]
+    out = {"sequences": len(a), "meta_equal": meta_equal, "tokens_equal": meta_equal, "taps_excess": -math.inf,
+           "taps_max_rel": 0.0, "final_max_rel": 0.0, "codes_differ": 0, "codes": 0}
+    if not meta_equal:
+        return out
+    for x, y in zip(a, b, strict=True):
+        if not torch.equal(x.tokens, y.tokens):
+            out["tokens_equal"] = False
+            continue
+        t, n_layers = len(x.tokens), len(a.layer_ids)
+        xs, ys = x.feats.view(t, n_layers, -1), y.feats.view(t, n_layers, -1)
+        scale = xs.abs().amax(-1, keepdim=True) / e4m3.E4M3_MAX
+        bound = 2.0**-3 * torch.maximum(xs.abs(), ys.abs()) + scale * 2.0**-9
+        amax = xs.abs().amax().clamp_min(1e-30)
+        out["taps_excess"] = max(out["taps_excess"], ((xs - ys).abs() - bound).max().item())
+        out["taps_max_rel"] = max(out["taps_max_rel"], ((xs - ys).abs().max() / amax).item())
+        row_amax = x.final.abs().amax(-1, keepdim=True).clamp_min(1e-30)
+        out["final_max_rel"] = max(out["final_max_rel"], ((x.final - y.final).abs() / row_amax).max().item())
+        out["codes_differ"] += int((quantize(xs)[0] != quantize(ys)[0]).sum())
+        out["codes"] += xs.numel()
+    out["ok"] = (out["tokens_equal"] and out["taps_excess"] <= 0 and out["final_max_rel"] <= 2.0**-7
+                 and out["codes_differ"] <= 0.01 * max(out["codes"], 1))
+    return out

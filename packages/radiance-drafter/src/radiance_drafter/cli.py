@@ -94,16 +94,15 @@ def capture_server_args(target: Path, storage: Path = typer.Option(..., help="wh
                                                                     "states (a directory the capture can read)"),
                         drafter: Path = typer.Option(None, help="take the tapped layers from this drafter's config"),
                         layer_ids: str = typer.Option(None, help="tapped target layers, e.g. 1,16,31")):
-    """Print the vLLM server arguments that make TARGET's server a capture server (for capture --hidden-url)."""
-    import shlex
-
+    """Print, one per line, the vLLM server arguments that make TARGET's server a capture server (for capture
+    --hidden-url); in bash: mapfile -t CAP < <(radiance-drafter capture-server-args ...); ... "${CAP[@]}"."""
     from radiance_drafter.config import DrafterConfig
     from radiance_drafter.target import capture_server_args as args
 
     ids = DrafterConfig.load(drafter).target_layer_ids if drafter else _ids(layer_ids)
     if not ids:
         raise typer.BadParameter("give --drafter or --layer-ids")
-    print(shlex.join(args(target, ids, storage)))
+    print("\n".join(args(target, ids, storage)))
 
 
 @app.command()
@@ -188,11 +187,15 @@ def export(drafter: Path, out: Path, format: str = typer.Option("bf16", help="bf
 
 
 @app.command("check-vllm")
-def check_vllm(drafter: Path, target: Path):
+def check_vllm(drafter: Path, target: Path,
+               kernels: bool = typer.Option(True, help="--no-kernels: build vLLM's FP8 parameters and loaders but "
+                                            "not its GEMM kernels (a CPU without AMX has none)"),
+               reference: Path = typer.Option(None, help="the bf16 export of the same drafter: every parameter "
+                                              "must match it (FP8 ones within one e4m3 rounding)")):
     """Load DRAFTER with vLLM's dflash model class in-process; fails on missing or unexpected tensors."""
     from radiance_drafter.vllm_check import check_vllm_load
 
-    r = check_vllm_load(drafter, target)
+    r = check_vllm_load(drafter, target, kernels=kernels, reference=reference)
     console.print({k: v for k, v in r.items() if k != "vllm_parameters"})
 
 
