@@ -55,3 +55,25 @@ def test_served_capture_resumes_identically(capture_server, tiny_target, monkeyp
     monkeypatch.setattr(ServedTarget, "hidden", hidden)
     capture(subset, tiny_target, work / "resumed", TAPS, SAMPLING, **kw)
     _same_files(work / "served", work / "resumed")
+
+
+@pytest.mark.served
+def test_served_capture_of_a_quantized_target(prompts, tmp_path):
+    """A target only vLLM runs (tiny ParoQuant int4 through the radiance-vllm plugin): the captured final-norm
+    outputs, through the target's LM head, reproduce the server's own greedy answer token for token."""
+    from radiance_drafter.model import TargetHeads
+    from radiance_quant.tiny import build_tiny_checkpoint
+
+    target = build_tiny_checkpoint(tmp_path / "tiny-paro4", "paroquant-int4", seed=0)
+    subset = round_robin(prompts)[:6]
+    args = capture_server_args(target, TAPS, tmp_path / "hidden-states")
+    with VLLMServer(model=target, workdir=tmp_path / "srv", args=args) as srv:
+        capture(subset, target, tmp_path / "cap", TAPS, SAMPLING, hidden_url=srv.url, served_model=srv.model_name)
+    heads, agree, total = TargetHeads.from_target(target), 0, 0
+    for s in CaptureSet(tmp_path / "cap"):
+        assert s.feats.isfinite().all() and s.final.isfinite().all()
+        greedy = heads.logits(s.final[s.n_prompt - 1:-1]).argmax(-1)
+        agree += int((greedy == s.tokens[s.n_prompt:]).sum())
+        total += len(s.tokens) - s.n_prompt
+    print(f"quantized served capture: final-norm argmax == served greedy token at {agree} of {total} positions")
+    assert agree >= 0.99 * total  # bf16 storage of the final-norm output may flip a near-tie
