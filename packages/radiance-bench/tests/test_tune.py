@@ -1,6 +1,7 @@
 """The tuned-table builder: best config per (band, shape, M), M ranges, one GPU only."""
 
 import json
+import os
 
 import pytest
 
@@ -16,7 +17,7 @@ def run(rows, gpu="Test GPU 9"):
     return {"meta": {"gpu": gpu}, "results": rows}
 
 
-def test_best_config_per_m_with_open_last_range():
+def test_best_config_per_measured_m():
     rows = [row("decode_variants", "nib8", 1, 5.0), row("decode_variants", "nib8x", 1, 6.0),
             row("decode_variants", "nib8", 8, 9.0), row("decode_variants", "nib8x", 8, 7.0),
             row("decode_variants", "nib8x", 8, 1.0, ablation="nodot"),
@@ -25,8 +26,8 @@ def test_best_config_per_m_with_open_last_range():
     table = tune.build([run(rows)], ["x.json"])
     assert table["gpu"] == "Test GPU 9"
     assert table["w4a8_gemm"]["decode"] == [{"N": 256, "K": 512, "M_max": 1, "config": "nib8"},
-                                            {"N": 256, "K": 512, "M_max": None, "config": "nib8x"}]
-    assert table["w4a8_gemm"]["prefill"] == [{"N": 256, "K": 512, "M_max": None, "config": "k64"}]
+                                            {"N": 256, "K": 512, "M_max": 8, "config": "nib8x"}]
+    assert table["w4a8_gemm"]["prefill"] == [{"N": 256, "K": 512, "M_max": 2048, "config": "k64"}]
 
 
 def test_refuses_mixed_gpus_and_empty_input(tmp_path):
@@ -41,7 +42,7 @@ def test_cli_writes_atomically(tmp_path):
     src.write_text(json.dumps(run([row("decode_variants", "nib8", 1, 5.0)])))
     out = tmp_path / "test-gpu-9.json"
     assert tune.main([str(out), str(src)]) == 0
-    assert json.loads(out.read_text())["source"] == ["kb.json"]
+    assert json.loads(out.read_text())["source"] == [os.path.relpath(src)]
     assert not out.with_suffix(".tmp").exists()
 
 

@@ -2,8 +2,9 @@
 the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) from A/B bench results.
 
 For every (band, N, K, M) measured, the config with the best time wins (ablation and failed rows are
-skipped); consecutive measured M of one shape become ``M_max`` ranges, the largest open-ended. The
-table names the GPU and the source files; it is written atomically. Put it at
+skipped); each measured M of a shape serves the M above the previous measured one up to itself
+(``M_max``); larger M than any measured run the band's default. The table names the GPU and the
+source files; it is written atomically. Put it at
 ``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json`` to make serving use it.
 """
 
@@ -43,9 +44,8 @@ def build(runs: list[dict], sources: list[str]) -> dict:
         shapes[band, N, K].append((M, name))
     table: dict = {"gpu": gpus.pop(), "source": sources, "w4a8_gemm": defaultdict(list)}
     for (band, N, K), points in shapes.items():
-        for i, (M, name) in enumerate(points):
-            table["w4a8_gemm"][band].append({"N": N, "K": K, "M_max": None if i == len(points) - 1 else M,
-                                             "config": name})
+        for M, name in points:
+            table["w4a8_gemm"][band].append({"N": N, "K": K, "M_max": M, "config": name})
     return table
 
 
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("results", nargs="+", type=Path)
     args = ap.parse_args(argv)
-    table = build([json.loads(p.read_text()) for p in args.results], [p.name for p in args.results])
+    table = build([json.loads(p.read_text()) for p in args.results], [os.path.relpath(p) for p in args.results])
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(table, indent=1) + "\n")
     os.replace(tmp, args.out)
