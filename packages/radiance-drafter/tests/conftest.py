@@ -13,16 +13,18 @@ from radiance_quant.tiny import build_tiny_qwen3, corpus
 
 
 def pytest_addoption(parser):
-    parser.addoption("--served", action="store_true", help="run the served dflash A/B (two vLLM servers, ~10 min)")
+    parser.addoption("--served", action="store_true",
+                     help="run the opt-in served tests: the dflash A/B (two vLLM servers, ~10 min) and the "
+                          "served capture of a quantized target (one server)")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "served: starts vLLM servers (opt-in with --served)")
+    config.addinivalue_line("markers", "served: starts extra vLLM servers (opt-in with --served)")
 
 
 def pytest_collection_modifyitems(config, items):
     if not config.getoption("--served"):
-        skip = pytest.mark.skip(reason="served A/B starts two vLLM servers; run with --served")
+        skip = pytest.mark.skip(reason="opt-in: starts extra vLLM servers; run with --served")
         for item in items:
             if "served" in item.keywords:
                 item.add_marker(skip)
