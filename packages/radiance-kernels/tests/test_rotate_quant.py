@@ -7,6 +7,7 @@ from radiance_kernels.formats import e4m3
 from radiance_kernels.formats.rotation import random_rotations, rotate
 from radiance_kernels.ops.rotate_quant import reference
 from radiance_kernels.ops.rotate_quant import triton as rq_triton
+from radiance_kernels.ops.stream import triton as st
 
 VARIANTS = [(e, g) for e in ("e4m3", "int8") for g in ("group", "token")]
 
@@ -60,6 +61,26 @@ def test_triton_equals_reference_bytewise(device, dtype, P, M, K):
         want = reference.rotate_quant(x, *recs, elem, granularity)
         got = rq_triton.rotate_quant(x, *recs, elem, granularity, out=poisoned(P, M, K, elem, granularity, device))
         assert_same(got, want)
+
+
+@pytest.mark.parametrize("cfg", sorted(set(st.CONFIGS) - {st.DEFAULT}))
+def test_every_config_equals_reference_bytewise(device, cfg):
+    """The named launch configs (rows per program, warps, per-token scratch or recompute) against the
+    reference; the default config is the one the other tests run. M=37 leaves a partial block at every BM."""
+    P, M, K = 2, 37, 256
+    x = activations(M, K, torch.bfloat16, seed=5, device=device)
+    recs = random_rotations(P, K, seed=11, device=device)
+    for elem, granularity in VARIANTS:
+        want = reference.rotate_quant(x, *recs, elem, granularity)
+        got = rq_triton.rotate_quant(x, *recs, elem, granularity, cfg=cfg,
+                                     out=poisoned(P, M, K, elem, granularity, device))
+        assert_same(got, want)
+
+
+def test_unknown_config_is_refused():
+    x = torch.zeros(2, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="prologue cfg 'bm7' is not one of"):
+        rq_triton.rotate_quant(x, *random_rotations(1, 128), "e4m3", "group", cfg="bm7")
 
 
 def test_strided_rows_and_op_dispatch(device):
@@ -166,9 +187,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from radiance_kernels.ops.stream import triton as st
 consts = dict(PRODUCER=5, GEMMA=False, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=False, NL=8, HW=True,
-              BM=st.BM)
+              BM=st.CONFIGS[st.DEFAULT]["BM"], SCRATCH=False)
 ptrs = dict(mate_ptr="*i32", cos_ptr="*fp32", sin_ptr="*fp32", cs_ptr="*fp16", q_ptr="*u8", as_ptr="*fp32",
-            rs_ptr="*fp32")
+            rs_ptr="*fp32", scr_ptr="*fp32")
 sig = {n: "constexpr" if n in consts else ptrs.get(n, "*i16" if n.endswith("_ptr") else
                                                   "fp32" if n in ("eps", "inv_qmax") else "i32")
        for n in st._prologue_kernel.arg_names}

@@ -62,9 +62,9 @@ def rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: tl.co
     v = v * tl.load(cs_ptr + p * K + g * 128 + cols).to(tl.float32)[None, :]
     for r in tl.static_range(NL):
         off = (p * NL + r) * K + g * 128 + cols
-        mate = tl.broadcast_to(tl.load(mate_ptr + off)[None, :], (BM, 128))
-        c = tl.load(cos_ptr + off)[None, :]
-        s = tl.load(sin_ptr + off)[None, :]
+        mate = tl.broadcast_to(tl.load(mate_ptr + off[None, :]), (BM, 128))
+        c = tl.load(cos_ptr + off[None, :])
+        s = tl.load(sin_ptr + off[None, :])
         v = c * v + s * tl.gather(v, mate, axis=1)
     return v
 
@@ -90,9 +90,11 @@ def quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols,
     tl.store(rs_ptr + base * G + g, rs, mask=rmask)
 
 
-def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, hw: bool = False, out=None):
-    """Triton ``rotate_quant`` (same contract as the reference); returns {"A", "AS", "RS"}."""
-    from radiance_kernels.ops.stream.triton import launch
+def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, hw: bool = False, out=None,
+                 cfg: str | None = None):
+    """Triton ``rotate_quant`` (same contract as the reference); returns {"A", "AS", "RS"}. ``cfg`` names a
+    launch configuration of :data:`radiance_kernels.ops.stream.triton.CONFIGS` (None: the default)."""
+    from radiance_kernels.ops.stream.triton import DEFAULT, launch
 
     return launch("none", x, rotation=(pairs, theta, channel_scales), elem=elem, granularity=granularity,
-                  hw=hw, out=out)
+                  hw=hw, out=out, cfg=DEFAULT if cfg is None else cfg)

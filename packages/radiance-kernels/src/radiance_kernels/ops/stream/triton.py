@@ -1,12 +1,15 @@
 """The prologue kernel: producer → (channel scale + Givens rotation + 8-bit quant), one launch.
 
-One program per (partition p, 16-row block, group chunk). ``PRODUCER`` picks what feeds the rotation
+One program per (partition p, BM-row block, group chunk). ``PRODUCER`` picks what feeds the rotation
 (0 none = ``rotate_quant``, 1 add+RMSNorm — Gemma weight when ``GEMMA`` —, 3 silu_mul, 4 sigmoid_gate,
 5 per-head gated RMSNorm); ``QUANT=False`` runs the plain producer (no rotation). A row-wide step
 (the RMSNorm's sum of squares, the per-token amax) makes the program own all groups of its rows and
-loop over them (recomputing the producer and rotation per pass instead of parking the row); otherwise
-each program owns one group. Producer outputs (hs, residual) are stored by the p = 0 programs only.
-The math follows :mod:`radiance_kernels.ops.stream.reference` operation for operation.
+loop over them; otherwise each program owns one group. The per-token amax needs the whole rotated row
+before any code: with ``SCRATCH`` the first pass parks the rotated fp32 row in a [P, M, K] scratch and the
+second pass only encodes it (one rotation per element), without it the second pass recomputes the
+producer and the rotation (no scratch memory, twice the arithmetic). Producer outputs (hs, residual) are
+stored by the p = 0 programs only. The math follows :mod:`radiance_kernels.ops.stream.reference` operation
+for operation.
 """
 
 from __future__ import annotations
@@ -25,7 +28,17 @@ from radiance_kernels.ops.stream import reference as ref
 
 PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 1, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
 _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-BM = 16  # rows per program (one value: one compiled variant per producer/quant mode)
+#: Named launch configurations: rows per program, warps, and whether per-token mode parks the rotated
+#: row in a fp32 scratch (``scratch``) or recomputes it. Every config is byte-identical to the reference.
+CONFIGS = {
+    "bm16w4": dict(BM=16, num_warps=4, scratch=True),
+    "bm16w4_recompute": dict(BM=16, num_warps=4, scratch=False),
+    "bm16w8": dict(BM=16, num_warps=8, scratch=True),
+    "bm32w8": dict(BM=32, num_warps=8, scratch=True),
+    "bm8w2": dict(BM=8, num_warps=2, scratch=True),
+    "bm64w8": dict(BM=64, num_warps=8, scratch=True),
+}
+DEFAULT = "bm16w4"
 
 _LOG2E: tl.constexpr = tl.constexpr(ref.LOG2E)
 _LN2_HI: tl.constexpr = tl.constexpr(ref.LN2_HI)
@@ -136,10 +149,11 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, re
 @triton.jit
 def _prologue_kernel(
     a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
-    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, inv_qmax,
+    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, inv_qmax,
     M, K, G, GPP,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
+    SCRATCH: tl.constexpr,
 ):
     p = tl.program_id(0)
     rows = tl.program_id(1) * BM + tl.arange(0, BM)
@@ -158,7 +172,23 @@ def _prologue_kernel(
             s = round_to(xa + xb, DT)
             ss = ss + _tree(s * s, BM)
         inv = _rms_inv(ss, K.to(tl.float32), eps)
-    if TOKEN:
+    if TOKEN and SCRATCH:
+        # pass 1: produce, rotate, row amax, park the rotated tile; pass 2: encode the parked row
+        amax = tl.zeros((BM,), tl.float32)
+        sofs = (p * M + rows).to(tl.int64)[:, None] * K + cols[None, :]
+        for g in range(0, G):
+            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
+                         rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
+            v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
+            amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
+            tl.store(scr_ptr + sofs + g * 128, v, mask=rmask[:, None])
+        tl.debug_barrier()  # the parked tiles are read back by whichever thread the layout gives them to
+        scale = amax * inv_qmax
+        tl.store(as_ptr + p * M + rows, scale, mask=rmask)
+        for g in range(0, G):
+            v = tl.load(scr_ptr + sofs + g * 128, mask=rmask[:, None], other=0.0)
+            quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
+    elif TOKEN:
         # iterations 0..G-1 find the row amax, G..2G-1 encode (one loop body: half the code to compile)
         amax = tl.zeros((BM,), tl.float32)
         for it in range(0, 2 * G):
@@ -206,12 +236,15 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight: torch.Tensor | None = None,
            eps: float = 0.0, rotation=None, elem: str | None = None, granularity: str | None = None,
-           store_hs: bool = False, hw: bool = False, out: dict[str, torch.Tensor] | None = None
-           ) -> dict[str, torch.Tensor]:
+           store_hs: bool = False, hw: bool = False, out: dict[str, torch.Tensor] | None = None,
+           cfg: str = DEFAULT) -> dict[str, torch.Tensor]:
     """Run the prologue kernel; returns the outputs by name: ``hs`` (and ``residual`` for the norms) when
     ``store_hs``, ``A``/``AS``/``RS`` when ``rotation`` = (pairs [P,krot,K], theta, channel_scales) is given.
     ``out`` may hold preallocated buffers by the same names (tests poison them). Argument checks are the
-    callers' (the op wrappers)."""
+    callers' (the op wrappers); ``cfg`` names an entry of :data:`CONFIGS`."""
+    if cfg not in CONFIGS:
+        raise ValueError(f"prologue cfg {cfg!r} is not one of {sorted(CONFIGS)}")
+    bm, num_warps, scratch = CONFIGS[cfg]["BM"], CONFIGS[cfg]["num_warps"], CONFIGS[cfg]["scratch"]
     M, K = a.shape
     G = K // GROUP
     kind = PRODUCERS[producer]
@@ -252,17 +285,19 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     if M == 0:
         return out
     GPP = G if row_wide else 1
-    grid = (P, triton.cdiv(M, BM), triton.cdiv(G, GPP))
+    scratch = scratch and token
+    scr = torch.empty((P, M, K), dtype=torch.float32, device=dev) if scratch else cos  # cos: never read
+    grid = (P, triton.cdiv(M, bm), triton.cdiv(G, GPP))
     _prologue_kernel[grid](
         _bits(a), _bits(b) if b is not None else dummy, _bits(weight) if weight is not None else dummy,
         a.stride(0), b.stride(0) if b is not None else 0,
         0 if weight is not None and weight.numel() == GROUP else GROUP, float(eps),
         _bits(out["hs"]) if store_hs else dummy, _bits(out["residual"]) if "residual" in out else dummy,
         mate, cos, sin, cs,
-        out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, inv_qmax,
+        out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, inv_qmax,
         M, K, G, GPP,
         PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
-        ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=BM,
-        num_warps=4, enable_fp_fusion=False,
+        ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
+        num_warps=num_warps, enable_fp_fusion=False,
     )
     return out
