@@ -40,11 +40,11 @@ def poisoned_hs(name, M, K, dtype, device):
     return out
 
 
-def check_family(name, M, K, P, dtype, device, variants, hw=False):
+def check_family(name, M, K, P, dtype, device, variants, hw=False, cfg=st.DEFAULT):
     """Plain kernel == plain reference; fused kernel == reference chain (producer → rotate_quant)."""
     a, b, w = inputs(name, M, K, dtype, seed=M + K, device=device)
     plain = plain_reference(name, a, b, w)
-    got = launch(name, a, b, w, store_hs=True, out=poisoned_hs(name, M, K, dtype, device))
+    got = launch(name, a, b, w, store_hs=True, out=poisoned_hs(name, M, K, dtype, device), cfg=cfg)
     for want, key in zip(plain, ("hs", "residual")[:len(plain)], strict=True):
         assert torch.equal(got[key].view(torch.int16 if dtype != torch.float32 else torch.int32),
                            want.view(torch.int16 if dtype != torch.float32 else torch.int32)), key
@@ -55,7 +55,8 @@ def check_family(name, M, K, P, dtype, device, variants, hw=False):
         out = poisoned(P, M, K, elem, granularity, device)
         if norm:
             out.update(poisoned_hs(name, M, K, dtype, device))
-        got = launch(name, a, b, w, rotation=recs, elem=elem, granularity=granularity, store_hs=norm, hw=hw, out=out)
+        got = launch(name, a, b, w, rotation=recs, elem=elem, granularity=granularity, store_hs=norm, hw=hw, out=out,
+                     cfg=cfg)
         assert_same(got, want)
         if norm:
             assert torch.equal(got["hs"], plain[0]) and torch.equal(got["residual"], plain[1])
@@ -69,6 +70,14 @@ CASES = [(torch.bfloat16, 2, 5, 256, VARIANTS), (torch.float16, 3, 16, 384, VARI
 @pytest.mark.parametrize("dtype, P, M, K, variants", CASES)
 def test_fused_equals_chain_bytewise(device, name, dtype, P, M, K, variants):
     check_family(name, M, K, P, dtype, device, variants)
+
+
+@pytest.mark.parametrize("cfg", ("bm16w4_recompute", "bm4w4", "bm32w8"))
+@pytest.mark.parametrize("name", ("add_rms_gemma", "gated_rms_norm"))
+def test_fused_configs_equal_chain_bytewise(device, name, cfg):
+    """Non-default launch configs with the producers (per-token scratch or recompute, stored hs/residual,
+    partial row blocks)."""
+    check_family(name, 37, 256, 2, torch.bfloat16, device, VARIANTS[::3], cfg=cfg)
 
 
 def test_ops_dispatch_and_outputs(device):

@@ -28,15 +28,20 @@ from radiance_kernels.ops.stream import reference as ref
 
 PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 1, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
 _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-#: Named launch configurations: rows per program, warps, and whether per-token mode parks the rotated
-#: row in a fp32 scratch (``scratch``) or recomputes it. Every config is byte-identical to the reference.
+#: Named launch configurations: rows per program (BM), warps, and whether per-token mode parks the rotated
+#: row in a fp32 scratch (``scratch``) or recomputes it. BM / num_warps rows per warp: 4 (the tables'
+#: per-layer layout conversions go through shared memory with barriers, amortised over 4 rows), 2, or 1
+#: (no conversion, no barrier, full occupancy, but the gather's index decode is paid per row). Every config
+#: is byte-identical to the reference.
 CONFIGS = {
     "bm16w4": dict(BM=16, num_warps=4, scratch=True),
     "bm16w4_recompute": dict(BM=16, num_warps=4, scratch=False),
-    "bm16w8": dict(BM=16, num_warps=8, scratch=True),
     "bm32w8": dict(BM=32, num_warps=8, scratch=True),
-    "bm8w2": dict(BM=8, num_warps=2, scratch=True),
-    "bm64w8": dict(BM=64, num_warps=8, scratch=True),
+    "bm16w8": dict(BM=16, num_warps=8, scratch=True),
+    "bm8w4": dict(BM=8, num_warps=4, scratch=True),
+    "bm16w16": dict(BM=16, num_warps=16, scratch=True),
+    "bm8w8": dict(BM=8, num_warps=8, scratch=True),
+    "bm4w4": dict(BM=4, num_warps=4, scratch=True),
 }
 DEFAULT = "bm16w4"
 
