@@ -57,14 +57,22 @@ def store_dt(ptr, offs, v, mask, DT: tl.constexpr):
 
 
 @triton.jit
-def rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: tl.constexpr, BM: tl.constexpr):
+def _rows(t, BM: tl.constexpr, NW: tl.constexpr):
+    """[NW, 128] (one copy of a table row per warp) → [BM, 128], row i = copy i % NW."""
+    return tl.reshape(tl.broadcast_to(t[None, :, :], (BM // NW, NW, 128)), (BM, 128))
+
+
+@triton.jit
+def rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: tl.constexpr, BM: tl.constexpr,
+                 NW: tl.constexpr):
     """Channel-scale and rotate one 128-group tile v [BM, 128] by partition p's layers."""
     v = v * tl.load(cs_ptr + p * K + g * 128 + cols).to(tl.float32)[None, :]
+    rep = tl.zeros((NW, 1), tl.int32)
     for r in tl.static_range(NL):
-        off = (p * NL + r) * K + g * 128 + cols
-        mate = tl.broadcast_to(tl.load(mate_ptr + off[None, :]), (BM, 128))
-        c = tl.load(cos_ptr + off[None, :])
-        s = tl.load(sin_ptr + off[None, :])
+        off = (p * NL + r) * K + g * 128 + cols[None, :] + rep
+        mate = _rows(tl.load(mate_ptr + off), BM, NW)
+        c = _rows(tl.load(cos_ptr + off), BM, NW)
+        s = _rows(tl.load(sin_ptr + off), BM, NW)
         v = c * v + s * tl.gather(v, mate, axis=1)
     return v
 

@@ -32,7 +32,7 @@ _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 #: row in a fp32 scratch (``scratch``) or recomputes it. BM / num_warps rows per warp: 4 (the tables'
 #: per-layer layout conversions go through shared memory with barriers, amortised over 4 rows), 2, or 1
 #: (no conversion, no barrier, full occupancy, but the gather's index decode is paid per row). Every config
-#: is byte-identical to the reference.
+#: is byte-identical to the reference. BM must be a multiple of num_warps (the tables are loaded once per warp).
 CONFIGS = {
     "bm16w4": dict(BM=16, num_warps=4, scratch=True),
     "bm16w4_recompute": dict(BM=16, num_warps=4, scratch=False),
@@ -158,7 +158,7 @@ def _prologue_kernel(
     M, K, G, GPP,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
-    SCRATCH: tl.constexpr,
+    SCRATCH: tl.constexpr, NW: tl.constexpr,
 ):
     p = tl.program_id(0)
     rows = tl.program_id(1) * BM + tl.arange(0, BM)
@@ -184,7 +184,7 @@ def _prologue_kernel(
         for g in range(0, G):
             v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
                          rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
-            v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
+            v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
             amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
             tl.store(scr_ptr + sofs + g * 128, v, mask=rmask[:, None])
         tl.debug_barrier()  # the parked tiles are read back by whichever thread the layout gives them to
@@ -200,7 +200,7 @@ def _prologue_kernel(
             g = it % G
             v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
                          store_mask & (it >= G), rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
-            v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
+            v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
             if it < G:
                 amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
             else:
@@ -212,7 +212,7 @@ def _prologue_kernel(
             v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
                          rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
             if QUANT:
-                v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM)
+                v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
                 scale = tl.max(tl.abs(v), axis=1) * inv_qmax
                 tl.store(as_ptr + (p * M + rows).to(tl.int64) * G + g, scale, mask=rmask)
                 quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
@@ -250,6 +250,8 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     if cfg not in CONFIGS:
         raise ValueError(f"prologue cfg {cfg!r} is not one of {sorted(CONFIGS)}")
     bm, num_warps, scratch = CONFIGS[cfg]["BM"], CONFIGS[cfg]["num_warps"], CONFIGS[cfg]["scratch"]
+    if bm % num_warps or bm & (bm - 1):
+        raise ValueError(f"prologue cfg {cfg!r}: BM={bm} must be a power of two and a multiple of num_warps")
     M, K = a.shape
     G = K // GROUP
     kind = PRODUCERS[producer]
@@ -303,6 +305,6 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         M, K, G, GPP,
         PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
         ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-        num_warps=num_warps, enable_fp_fusion=False,
+        NW=num_warps, num_warps=num_warps, enable_fp_fusion=False,
     )
     return out
