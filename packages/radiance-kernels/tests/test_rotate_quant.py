@@ -77,6 +77,20 @@ def test_every_config_equals_reference_bytewise(device, cfg):
         assert_same(got, want)
 
 
+@pytest.mark.parametrize("cfg", ("bm4w4", "bm16w4"))
+def test_token_scratch_row_chunks(device, cfg, monkeypatch):
+    """A scratch cap of 8 rows splits per-token mode into launches over row chunks (bm4w4: 8 rows each, the
+    last partial; bm16w4: one block each)."""
+    P, M, K = 2, 37, 256
+    monkeypatch.setattr(st, "SCRATCH_BYTES", P * K * 4 * 8)
+    x = activations(M, K, torch.bfloat16, seed=6, device=device)
+    recs = random_rotations(P, K, seed=12, device=device)
+    for elem in ("e4m3", "int8"):
+        want = reference.rotate_quant(x, *recs, elem, "token")
+        got = rq_triton.rotate_quant(x, *recs, elem, "token", cfg=cfg, out=poisoned(P, M, K, elem, "token", device))
+        assert_same(got, want)
+
+
 def test_unknown_config_is_refused():
     x = torch.zeros(2, 128, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="prologue cfg 'bm7' is not one of"):

@@ -80,6 +80,12 @@ def test_fused_configs_equal_chain_bytewise(device, name, cfg):
     check_family(name, 37, 256, 2, torch.bfloat16, device, VARIANTS[::3], cfg=cfg)
 
 
+def test_fused_token_scratch_row_chunks(device, monkeypatch):
+    """Per-token scratch launches over row chunks (cap of 8 rows) with a producer storing hs / residual."""
+    monkeypatch.setattr(st, "SCRATCH_BYTES", 2 * 256 * 4 * 8)
+    check_family("add_rms", 37, 256, 2, torch.bfloat16, device, [("e4m3", "token")], cfg="bm4w4")
+
+
 def test_ops_dispatch_and_outputs(device):
     M, K, P = 4, 256, 2
     a, b, w = inputs("add_rms_gemma", M, K, torch.bfloat16, 7, device)

@@ -6,7 +6,8 @@ One program per (partition p, BM-row block, group chunk). ``PRODUCER`` picks wha
 (the RMSNorm's sum of squares, the per-token amax) makes the program own all groups of its rows and
 loop over them; otherwise each program owns one group. The per-token amax needs the whole rotated row
 before any code: with ``SCRATCH`` the first pass parks the rotated fp32 row in a [P, M, K] scratch and the
-second pass only encodes it (one rotation per element), without it the second pass recomputes the
+second pass only encodes it (one rotation per element; launches of at most ``SCRATCH_BYTES`` of scratch
+each, over row chunks ``row0..``), without it the second pass recomputes the
 producer and the rotation (no scratch memory, twice the arithmetic). Producer outputs (hs, residual) are
 stored by the p = 0 programs only. The math follows :mod:`radiance_kernels.ops.stream.reference` operation
 for operation.
@@ -44,6 +45,8 @@ CONFIGS = {
     "bm4w4": dict(BM=4, num_warps=4, scratch=True),
 }
 DEFAULT = "bm16w4"
+#: Scratch cap of one per-token launch (larger M runs as several launches over row chunks).
+SCRATCH_BYTES = 256 << 20
 
 _LOG2E: tl.constexpr = tl.constexpr(ref.LOG2E)
 _LN2_HI: tl.constexpr = tl.constexpr(ref.LN2_HI)
@@ -155,13 +158,13 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, re
 def _prologue_kernel(
     a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
     mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, inv_qmax,
-    M, K, G, GPP,
+    M, K, G, GPP, row0, scr_rows,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
     SCRATCH: tl.constexpr, NW: tl.constexpr,
 ):
     p = tl.program_id(0)
-    rows = tl.program_id(1) * BM + tl.arange(0, BM)
+    rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
     store_mask = rmask & (p == 0)
     cols = tl.arange(0, 128)
@@ -180,7 +183,7 @@ def _prologue_kernel(
     if TOKEN and SCRATCH:
         # pass 1: produce, rotate, row amax, park the rotated tile; pass 2: encode the parked row
         amax = tl.zeros((BM,), tl.float32)
-        sofs = (p * M + rows).to(tl.int64)[:, None] * K + cols[None, :]
+        sofs = (p * scr_rows + rows - row0).to(tl.int64)[:, None] * K + cols[None, :]
         for g in range(0, G):
             v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
                          rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
@@ -293,18 +296,20 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         return out
     GPP = G if row_wide else 1
     scratch = scratch and token
-    scr = torch.empty((P, M, K), dtype=torch.float32, device=dev) if scratch else cos  # cos: never read
-    grid = (P, triton.cdiv(M, bm), triton.cdiv(G, GPP))
-    _prologue_kernel[grid](
-        _bits(a), _bits(b) if b is not None else dummy, _bits(weight) if weight is not None else dummy,
-        a.stride(0), b.stride(0) if b is not None else 0,
-        0 if weight is not None and weight.numel() == GROUP else GROUP, float(eps),
-        _bits(out["hs"]) if store_hs else dummy, _bits(out["residual"]) if "residual" in out else dummy,
-        mate, cos, sin, cs,
-        out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, inv_qmax,
-        M, K, G, GPP,
-        PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
-        ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-        NW=num_warps, num_warps=num_warps, enable_fp_fusion=False,
-    )
+    chunk = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm) if scratch else M
+    scr = torch.empty((P, min(chunk, M), K), dtype=torch.float32, device=dev) if scratch else cos  # cos: never read
+    for row0 in range(0, M, chunk):
+        grid = (P, triton.cdiv(min(chunk, M - row0), bm), triton.cdiv(G, GPP))
+        _prologue_kernel[grid](
+            _bits(a), _bits(b) if b is not None else dummy, _bits(weight) if weight is not None else dummy,
+            a.stride(0), b.stride(0) if b is not None else 0,
+            0 if weight is not None and weight.numel() == GROUP else GROUP, float(eps),
+            _bits(out["hs"]) if store_hs else dummy, _bits(out["residual"]) if "residual" in out else dummy,
+            mate, cos, sin, cs,
+            out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, inv_qmax,
+            M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
+            PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
+            ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
+            NW=num_warps, num_warps=num_warps, enable_fp_fusion=False,
+        )
     return out
