@@ -296,7 +296,10 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         return out
     GPP = G if row_wide else 1
     scratch = scratch and token
-    chunk = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm) if scratch else M
+    chunk = M
+    if scratch:  # equal chunks of whole row blocks, each within the cap
+        cap = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm)
+        chunk = triton.cdiv(triton.cdiv(M, triton.cdiv(M, cap)), bm) * bm
     scr = torch.empty((P, min(chunk, M), K), dtype=torch.float32, device=dev) if scratch else cos  # cos: never read
     for row0 in range(0, M, chunk):
         grid = (P, triton.cdiv(min(chunk, M - row0), bm), triton.cdiv(G, GPP))
