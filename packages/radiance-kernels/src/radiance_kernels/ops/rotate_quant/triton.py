@@ -9,7 +9,8 @@ The kernel itself is :func:`radiance_kernels.ops.stream.triton.launch` (one kern
   launched with ``enable_fp_fusion=False`` so the GPU compiler does not contract them into FMAs;
 - the scale division as ``tl.math.div_rn`` (IEEE), the e4m3 encoder of :mod:`radiance_kernels.tl.e4m3`
   (``HW`` picks the hardware convert on GPUs, gated equal), int8 rounding by the 1.5·2²³ trick
-  (ties to even), and row sums accumulated exactly in int32 (e4m3 values ×512 are integers);
+  (ties to even), and row sums accumulated exactly in int32 (e4m3 values ×512 are integers, formed from
+  the code bits);
 - bf16 loaded and stored as raw bits and rounded in integer ops (the interpreter's bf16 cast truncates).
 """
 
@@ -19,7 +20,7 @@ import triton
 import triton.language as tl
 
 from radiance_kernels.ops.stream.reference import RINT_MAGIC
-from radiance_kernels.tl.e4m3 import e4m3_decode, e4m3_encode
+from radiance_kernels.tl.e4m3 import e4m3_encode
 
 _RINT: tl.constexpr = tl.constexpr(RINT_MAGIC)
 
@@ -78,6 +79,15 @@ def rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: tl.co
 
 
 @triton.jit
+def _e4m3_x512(code):
+    """e4m3 code (int32 0..255, no NaN) → its value × 512, an exact int32 in integer ops: subnormal m,
+    normal (8 + m)·2^(e-1) (the row sums' fixed point; equals ``e4m3_decode(code) * 512``)."""
+    e = (code >> 3) & 15
+    mag = ((code & 7) | (tl.minimum(e, 1) << 3)) << tl.maximum(e - 1, 0)
+    return tl.where(code >= 0x80, -mag, mag)
+
+
+@triton.jit
 def quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols,
                 ELEM: tl.constexpr, HW: tl.constexpr):
     """Encode v [BM, 128] with per-row dequant scale [BM] (ELEM 0 e4m3, 1 int8); store codes and row sums."""
@@ -85,8 +95,7 @@ def quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols,
     q = tl.where(live[:, None], tl.math.div_rn(v, tl.where(live, scale, 1.0)[:, None]), 0.0)
     if ELEM == 0:
         code = e4m3_encode(q, HW)
-        fixed = (e4m3_decode(code) * 512.0).to(tl.int32)
-        rs = tl.sum(fixed, axis=1).to(tl.float32) * 0.001953125
+        rs = tl.sum(_e4m3_x512(code), axis=1).to(tl.float32) * 0.001953125
         out = code.to(tl.uint8)
     else:
         r = tl.minimum(tl.maximum((q + _RINT) - _RINT, -127.0), 127.0)
