@@ -17,6 +17,7 @@ import torch
 
 from radiance_bench.kernelbench.cases import activations
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
+from radiance_bench.kernelbench.variants import pick
 from radiance_kernels.formats.rotation import random_rotations
 from radiance_kernels.ops.rotate_quant import triton as rq
 from radiance_kernels.ops.stream import triton as st
@@ -28,11 +29,14 @@ def _same(got: dict, want: dict) -> bool:
     return all(torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8)) for k in ("A", "AS", "RS"))
 
 
-def producer_variants(record, results: list, ceil: dict, M: int = 8192, K: int = 5120) -> None:
+def producer_variants(record, results: list, ceil: dict, M: int = 8192, K: int = 5120,
+                      names: list[str] | None = None) -> None:
     """``record(section, kernel, timing, **fields)`` writes a row; a variant that fails is recorded as an
-    error row and the others still run."""
+    error row and the others still run. ``names`` restricts the configs (the default is always timed: it is
+    the byte reference)."""
     xs = [activations(M, K, seed=i) for i in range(copies_needed(M * K * 2))]
-    runs = [(name, True) for name in st.CONFIGS] + [(st.DEFAULT, False)]
+    chosen = pick(st.CONFIGS, names)
+    runs = [(st.DEFAULT, True)] + [(n, True) for n in chosen if n != st.DEFAULT] + [(st.DEFAULT, False)]
     for P in (1, 2, 3):
         rot = random_rotations(P, K, seed=P, device="cuda")
         for elem, gran in MODES:
