@@ -1,6 +1,8 @@
 """``python -m radiance_bench.kernelbench.run --out DIR``: every kernel bench of issue 6 in one run.
 
-Sections (``--sections``): ceilings, decode, skinny, prefill, producer, stack. Each figure is recorded
+Sections (``--sections``): ceilings, decode, skinny, prefill, producer, stack, and the A/B sections
+decode_variants, prefill_variants, producer_variants (``--configs`` picks named configs, ``--decode-m``
+the decode M). Each figure is recorded
 with the ceiling and peers measured in the same process; the JSON holds everything, the printed table
 the ratios the bars are stated in.
 """
@@ -18,13 +20,15 @@ from pathlib import Path
 import torch
 
 from radiance_bench.kernelbench import ceilings, peers, variants
+from radiance_bench.kernelbench import producer_variants as pv
 from radiance_bench.kernelbench.cases import PRODUCER_OF, activations, producer_calls, w4_weight, w4a8_linear
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
 from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
 PREFILL_M = (2048, 8192)
-SECTIONS = ("ceilings", "decode", "skinny", "prefill", "producer", "stack", "decode_variants", "prefill_variants")
+SECTIONS = ("ceilings", "decode", "skinny", "prefill", "producer", "stack", "decode_variants", "prefill_variants",
+            "producer_variants")
 
 
 def _record(results: list, section: str, kernel: str, t, **fields) -> dict:
@@ -204,6 +208,11 @@ def prefill_variants(results: list, ceil: dict, names=None) -> None:
     variants.prefill_variants(partial(_record, results), results, ceil, names=names)
 
 
+def producer_variants(results: list, ceil: dict, names=None) -> None:
+    """A/B of the rotate+quant producer's named launch configs (:mod:`.producer_variants`)."""
+    pv.producer_variants(partial(_record, results), results, ceil, names=names)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, required=True)
@@ -212,7 +221,7 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", nargs="*", default=None, help="named configs of the *_variants sections")
     args = ap.parse_args(argv)
     options = {"decode_variants": dict(ms=tuple(args.decode_m), names=args.configs),
-               "prefill_variants": dict(names=args.configs)}
+               "prefill_variants": dict(names=args.configs), "producer_variants": dict(names=args.configs)}
     args.out.mkdir(parents=True, exist_ok=True)
     import triton
 
