@@ -58,16 +58,22 @@ def test_served_capture_resumes_identically(capture_server, tiny_target, monkeyp
 
 
 @pytest.mark.served
-def test_served_capture_of_a_quantized_target(prompts, tmp_path):
-    """A target only vLLM runs (tiny ParoQuant int4 through the radiance-vllm plugin): the captured final-norm
-    outputs, through the target's LM head, reproduce the server's own greedy answer token for token."""
+@pytest.mark.parametrize("kind", ["paroquant-int4", "qwen3-next"])
+def test_served_capture_self_consistent(kind, prompts, tmp_path):
+    """Targets with no in-process reference: tiny ParoQuant int4 (only vLLM + the radiance-vllm plugin run it)
+    and the tiny Qwen3-Next GDN hybrid (bf16, untrained; vLLM's hybrid KV-cache groups, the (1 + w) final
+    norm). The captured final-norm outputs, through the target's LM head, must reproduce the server's own
+    greedy answers: 384/384 (int4) and 319/322 (hybrid: bf16 rounding flips near-ties of an untrained model)."""
     from radiance_drafter.model import TargetHeads
-    from radiance_quant.tiny import build_tiny_checkpoint
+    from radiance_quant.tiny import build_tiny_checkpoint, build_tiny_qwen3_next
 
-    target = build_tiny_checkpoint(tmp_path / "tiny-paro4", "paroquant-int4", seed=0)
+    if kind == "qwen3-next":
+        target, dtype, env = build_tiny_qwen3_next(tmp_path / kind, seed=0), "bfloat16", {"VLLM_PLUGINS": ""}
+    else:
+        target, dtype, env = build_tiny_checkpoint(tmp_path / kind, kind, seed=0), "float32", {}
     subset = round_robin(prompts)[:6]
     args = capture_server_args(target, TAPS, tmp_path / "hidden-states")
-    with VLLMServer(model=target, workdir=tmp_path / "srv", args=args) as srv:
+    with VLLMServer(model=target, workdir=tmp_path / "srv", dtype=dtype, args=args, env=env) as srv:
         capture(subset, target, tmp_path / "cap", TAPS, SAMPLING, hidden_url=srv.url, served_model=srv.model_name)
     heads, agree, total = TargetHeads.from_target(target), 0, 0
     for s in CaptureSet(tmp_path / "cap"):
@@ -75,5 +81,5 @@ def test_served_capture_of_a_quantized_target(prompts, tmp_path):
         greedy = heads.logits(s.final[s.n_prompt - 1:-1]).argmax(-1)
         agree += int((greedy == s.tokens[s.n_prompt:]).sum())
         total += len(s.tokens) - s.n_prompt
-    print(f"quantized served capture: final-norm argmax == served greedy token at {agree} of {total} positions")
-    assert agree >= 0.99 * total  # bf16 storage of the final-norm output may flip a near-tie
+    print(f"{kind} served capture: final-norm argmax == served greedy token at {agree} of {total} positions")
+    assert agree >= 0.98 * total

@@ -145,7 +145,8 @@ def capture_aux_layers(layer_ids: tuple[int, ...], n_layers: int) -> tuple[int, 
 
 def capture_server_args(target_dir: str | Path, layer_ids: tuple[int, ...], storage_dir: str | Path) -> list[str]:
     """vLLM server arguments that make a served target a capture server for ``layer_ids``: the
-    ``extract_hidden_states`` method (one always-accepted "draft" token: answers are the target's own),
+    ``extract_hidden_states`` method (one dummy draft token that the target verifies: greedy answers are the
+    target's own, sampled ones are not reproducible under a seed),
     :class:`~radiance_drafter.vllm_connector.HostHiddenStatesConnector` writing into ``storage_dir`` (on
     the capture client's filesystem), and no prefix caching, so each sequence's hidden states come from
     one prefill of the whole sequence."""
