@@ -29,7 +29,7 @@ from radiance_kernels.ops.w4a8_gemm.reference import GROUP
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 CLOCK_GHZ = 1.98  # H200 boost
-ABLATE = ("nib8x", "nib8xp", "swap", "swapx")  # the decode configs whose ablation rows are listed (as the bench's)
+ABLATE = ("nib8x", "nib8xpr", "swap")  # the decode configs whose ablation rows are listed (as the bench's)
 TYPES = {"a_ptr": "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32", "part_ptr": "*fp32",
          "out_ptr": "*bf16", "cnt_ptr": "*i32"}
 

@@ -126,7 +126,7 @@ SWAP_VARIANTS = [(4, "e4m3", True, False), (5, "e4m3", False, True), (4, "int8",
 @pytest.mark.parametrize("name,bits,elem,grouped,zpe",
                          [(n, 5, "e4m3", False, False) for n in ("split", "nib8")]
                          + [(n, 4, "e4m3", True, False) for n in ("fused", "nib8w", "nib8x", "nib8xp", "nib8xpr",
-                                                                 "nib8p", "swapr", "swapw", "swapx")]
+                                                                 "nib8p")]
                          + [("swap", *v) for v in SWAP_VARIANTS])
 def test_decode_configs(name, bits, elem, grouped, zpe, device):
     """Every named decode tile config (the bench's A/B) at 3 splits: kernel == reference ("swap" also

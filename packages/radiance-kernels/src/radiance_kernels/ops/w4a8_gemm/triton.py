@@ -303,15 +303,13 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: K=16 dot per nibble index, the packed words go straight to the mma operand layout; "nib8w": its
 #: 256-wide tile on 8 warps; "nib8x": 256 wide on 4 warps (per-warp activation work over twice the
 #: columns; 188 registers, 2 programs per SM). Nibble pairs share one shift (:func:`dot16` SH).
-#: "swap*" (swap-AB, e4m3 activations; int8 activations run the non-swapped nib8 loop, explicitly): the
+#: "swap" (swap-AB, e4m3 activations; int8 activations run the non-swapped nib8 loop, explicitly): the
 #: same nib8 loop in the transposed frame, ``outT [BN, BM] = (q - off) [BN, K] · aT [K, BM]``, so the
 #: register-unpacked weight tile is the MMA's M side (wgmma on sm_90, A from registers) and the token
-#: tile (16) its N: "swap" BN=128 on 4 warps, "swapr" the same capped at 168 registers (``maxnreg``) for 3
-#: programs per SM, "swapw" 256 on 8 warps at 128 registers (2 per SM), "swapx" 256 on 4 warps (the per-dot
-#: B staging and barriers over twice the rows; fewest instructions per weight). ptxas sm_90, registers /
-#: spill B with Triton 3.6 (the GPU image) and 3.7.1: swap 217/0, 138/0; swapr 168/24, 128/0; swapw 128/72,
-#: 123/0; swapx 255/8, 218/0. All take each group's activations one group ahead (``apre``). Meant for
-#: M <= 16 (BM=16): at BM=64 they spill 256 B.
+#: tile (16) its N; BN=128 on 4 warps (ptxas sm_90: 217 registers, no spill with Triton 3.6). It takes each
+#: group's activations one group ahead (``apre``). Meant for M <= 16 (BM=16): at BM=64 it spills 256 B.
+#: H200 call 6 (M=8) put it behind nib8xpr everywhere (qkv 36.1 vs 28.5 us); its register-capped and
+#: 256-wide siblings (swapr / swapw / swapx) were slower still and are gone.
 #: ``apre``: the group's activations as one tile loaded a group ahead, the 8 nibble planes split in
 #: registers (the per-plane loads each sit behind a dot's operand-staging barrier: one L2 round trip per
 #: dot on the critical path, ~3 us per group per program in nib8x); "nib8xp" is nib8x with it (209 regs,
@@ -322,27 +320,28 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
 #: stream) (:data:`ABLATIONS`).
+def _loop(**knobs) -> dict:
+    """A complete decode loop config (every knob set, so a named config passed as an override replaces the
+    default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
+    return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None) | knobs
+
+
 DECODE = {
-    "split": dict(BN=64, num_warps=4, num_stages=4, occ=4, reduce="host", dot16=False, nib8=False),
-    "fused": dict(BN=64, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=False),
-    "nib8": dict(BN=128, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=True),
-    "nib8w": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
-    "nib8x": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True),
-    "nib8xp": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, apre=True),
-    "nib8xpr": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, apre=True,
-                    maxnreg=168),
-    "nib8p": dict(BN=128, num_warps=4, num_stages=4, occ=None, reduce="kernel", dot16=True, nib8=True, apre=True),
-    "swap": dict(BN=128, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
-                 apre=True),
-    "swapr": dict(BN=128, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
-                  apre=True, maxnreg=168),
-    "swapw": dict(BN=256, num_warps=8, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
-                  apre=True, maxnreg=128),
-    "swapx": dict(BN=256, num_warps=4, num_stages=3, occ=None, reduce="kernel", dot16=True, nib8=True, swap=True,
-                  apre=True),
+    "split": _loop(BN=64, num_warps=4, num_stages=4, occ=4, reduce="host", dot16=False, nib8=False),
+    "fused": _loop(BN=64, num_warps=4, num_stages=4, nib8=False),
+    "nib8": _loop(BN=128, num_warps=4, num_stages=4),
+    "nib8w": _loop(BN=256, num_warps=8, num_stages=3),
+    "nib8x": _loop(BN=256, num_warps=4, num_stages=3),
+    "nib8xp": _loop(BN=256, num_warps=4, num_stages=3, apre=True),
+    "nib8xpr": _loop(BN=256, num_warps=4, num_stages=3, apre=True, maxnreg=168),
+    "nib8p": _loop(BN=128, num_warps=4, num_stages=4, apre=True),
+    "swap": _loop(BN=128, num_warps=4, num_stages=3, swap=True, apre=True),
 }
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
-DECODE_DEFAULT = "nib8x"
+#: H200 call 6 (Triton 3.6, int4, e4m3 per-group, M=8, us; nib8x / nib8xpr): qkv 42.4 / 28.5, o_proj
+#: 27.0 / 21.0, gate_up 86.8 / 65.5, down 54.8 / 36.9 — best or within 9 % of the best config on every
+#: shape (nib8p wins o_proj / down / out_proj by 1.6-1.8 us; the tuned table picks it there).
+DECODE_DEFAULT = "nib8xpr"
 #: Prefill tile configs by name: "k32" is the first version (128x128, K steps of 32 in the group);
 #: "k64" steps 64 (half the wgmma issues and scale-fold barriers; no spill since the activation tile
 #: loads as fp8 straight into the wgmma's shared operand), "k64s4" adds a pipeline stage, "n256" is
