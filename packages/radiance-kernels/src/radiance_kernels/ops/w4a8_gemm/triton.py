@@ -374,7 +374,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: programs per SM), "nib4w" 256 wide on 8 warps at 128 (2 per SM), "nib4x" 256 wide on 4 warps (255
 #: registers, 2 per SM). ptxas sm_90 with Triton 3.6 and the launch's 16-byte specialisation, registers /
 #: spill B / loop warp-instructions per weight: nib8p 128/0/0.137, nib4p 128/0/0.119; nib8xpr 168/24/0.117,
-#: nib4w 128/0/0.104; nib8x 206/0/0.127, nib4x 255/0/0.088. No nodot ablation (the tile is K=32).
+#: nib4w 128/0/0.104; nib8x 206/0/0.127, nib4x 255/0/0.088 (BM=16). At BM=32 / 64 nib4p spills 320 / 256 B
+#: (meant for M <= 16); nib4x there: 0.153 / 0.365 vs nib8xpr 0.193 / 0.421. No nodot ablation (K=32 tile).
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
