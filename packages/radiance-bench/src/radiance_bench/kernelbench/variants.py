@@ -22,7 +22,7 @@ from radiance_kernels.ops.w4a8_gemm import triton as w4
 from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
-ABLATE_CONFIGS = ("nib8x", "nib8xp", "swap", "swapx")
+ABLATE_CONFIGS = ("nib8x", "nib8xpr", "swap")
 PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
 
 
