@@ -108,7 +108,6 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
                 continue
             ce = dict(BITS=bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, DOT16=cfg["dot16"], NIB8=cfg["nib8"], BG=16,
                       ZPE_PREC="tf32x3", SWAP=cfg["swap"], ABLATE=w4.ABLATIONS[cfg["ablate"]], APRE=cfg["apre"],
-                      HALF=cfg["half"],
                       **tiles)
             out.append((f"w4a8 {band} {name} {label}", w4._w4a8_kernel, ce, {**opts, "int8": int8},
                         cfg["BN"] * GROUP))

@@ -126,12 +126,11 @@ SWAP_VARIANTS = [(4, "e4m3", True, False), (5, "e4m3", False, True), (4, "int8",
 @pytest.mark.parametrize("name,bits,elem,grouped,zpe",
                          [(n, 5, "e4m3", False, False) for n in ("split", "nib8")]
                          + [(n, 4, "e4m3", True, False) for n in ("fused", "nib8w", "nib8x", "nib8xp", "nib8xpr",
-                                                                 "nib8p", "nib4w", "nib4x")]
-                         + [("swap", *v) for v in SWAP_VARIANTS] + [("nib4p", *v) for v in SWAP_VARIANTS])
+                                                                 "nib8p")]
+                         + [("swap", *v) for v in SWAP_VARIANTS])
 def test_decode_configs(name, bits, elem, grouped, zpe, device):
-    """Every named decode tile config (the bench's A/B) at 3 splits: kernel == reference ("swap" and "nib4p"
-    also int5 / per-token / ZPE, and int8 activations: swap runs those on the non-swapped loop, nib4p int5
-    and int8 on the nib8 loop)."""
+    """Every named decode tile config (the bench's A/B) at 3 splits: kernel == reference ("swap" also
+    int5 / per-token / ZPE, and int8 activations, which it runs on the non-swapped loop)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, M, K, N, bounds = 2, 5, 384, 512, [0, 256, 512]
@@ -145,25 +144,20 @@ def test_decode_configs(name, bits, elem, grouped, zpe, device):
 
 
 def test_config_knobs_raise():
-    """swap / apre / half / ablate need the nib8 loop, half neither swap nor nodot; an unknown ablation is named."""
+    """swap / ablate need the nib8 loop; an unknown ablation is named."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    with pytest.raises(ValueError, match="swap / apre / half / ablate"):
+    with pytest.raises(ValueError, match="swap / apre / ablate"):
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["fused"], "swap": True})
-    with pytest.raises(ValueError, match="swap / apre / half / ablate"):
+    with pytest.raises(ValueError, match="swap / apre / ablate"):
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["split"], "ablate": "nodot"})
-    with pytest.raises(ValueError, match="swap / apre / half / ablate"):
-        impl.config(8, 512, 384, "decode", True, {**impl.DECODE["fused"], "half": True})
-    for bad in ({"swap": True}, {"ablate": "nodot"}):
-        with pytest.raises(ValueError, match="half runs the non-swapped frame"):
-            impl.config(8, 512, 384, "decode", True, {**impl.DECODE["nib4p"], **bad})
     with pytest.raises(ValueError, match="ablate must be"):
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["swap"], "ablate": "nomma"})
     with pytest.raises(ValueError, match="BM == 16"):
         impl.config(40, 512, 384, "decode", True, {**impl.DECODE["swap"], "ablate": "nodot"})
 
 
-@pytest.mark.parametrize("name,ablate", [("nib8x", "nodot"), ("swap", "noload"), ("nib4p", "noload")])
+@pytest.mark.parametrize("name,ablate", [("nib8x", "nodot"), ("swap", "noload")])
 def test_ablations_run(name, ablate, device):
     """The bench's ablation rows (wrong results by design) launch and write every output."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl

@@ -14,8 +14,6 @@ evaluates this literally in float64 (so it is the spec to the bf16 floor), chunk
 Kernel layout (:func:`prepare`, once per layer at load; group size 128, ``off = 2^(b-1)``):
 - ``wq`` int32 ``[K/8, N]``: nibble j (bits 4j..4j+3) of ``wq[i, n]`` = low 4 bits of ``q[8i + j, n]``.
   K-packed, N-contiguous: a [BK, BN] weight tile is BK/8 rows of BN consecutive words (coalesced).
-  Read as little-endian int16s, int16 h of a word holds q[8i + 4h + j] at nibble j: the decode ``half``
-  loop's view (two K-adjacent int16s per 32-bit word, one fp16 pair per mask).
 - ``wh`` int32 ``[K/32, N]`` (int5; ``[0, N]`` for int4): bit j of ``wh[i, n]`` = bit 4 of ``q[32i + j, n]``.
 - ``sz`` int32 ``[G, N]``: bits 0..15 = fp16 bits of ``s[g, n]``, bits 16..31 = int16 ``d = z - off``
   (the seeds' SZ pair in one 4-byte load; ``s*d`` is formed exactly in fp32 in the kernel).

@@ -20,12 +20,7 @@ to e4m3 by one fp16 → fp8 convert on GPUs, the integer encoder under the inter
 words, which then load straight into the mma operand layout). ``swap`` (swap-AB, e4m3 only; int8
 activations take the non-swapped loop) runs the nib8 loop transposed, ``outT [BN, BM] = (q - off) · aT``:
 the register-unpacked weights are the MMA's M side (sm_90: wgmma, A from registers, N = the 16-token
-tile), the acc is transposed back before the epilogue. ``half`` (int4, e4m3; int5 and int8 activations run
-the nib8 loop) reads the group's words as int16s ``[32, BN]`` (int16 r = half r % 2 of word r // 2, i.e.
-k = 4r + j at nibble j: the :mod:`.reference` layout as it stands), one K=32 dot per nibble index j: the mma
-operand pairs K-adjacent int16s in one 32-bit register, which is one word, so one ``lop3`` + one
-``sub.f16x2`` (+ a shift shared by two nibbles) make two weights (:func:`half_pairs`) where the nib8 loop
-masks each nibble in its own register and pairs them with a ``prmt``. int8 activations: int8 x int8 dot. ``ablate``
+tile), the acc is transposed back before the epilogue. int8 activations: int8 x int8 dot. ``ablate``
 (bench only) removes the MMA or the DRAM weight stream from the nib8 loop (:data:`DECODE`).
 Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90, no GPU needed).
 """
@@ -94,24 +89,21 @@ def along1(v, SWAP: tl.constexpr):
 
 @triton.jit
 def plane(x, J: tl.constexpr):
-    """``x[:, :, J]`` of a ``[R, C, W]`` tile (W 4 or 8), by in-register splits (shared between the W planes)."""
+    """``x[:, :, J]`` of a ``[R, C, 8]`` tile, by three in-register splits (shared between the 8 planes)."""
     R: tl.constexpr = x.shape[0]
     C: tl.constexpr = x.shape[1]
-    W: tl.constexpr = x.shape[2]
-    y = x
-    if W == 8:
-        lo, hi = tl.split(tl.reshape(y, (R, C, 4, 2)))
-        if J % 2:
-            y = hi
-        else:
-            y = lo
+    lo, hi = tl.split(tl.reshape(x, (R, C, 4, 2)))
+    if J % 2:
+        y = hi
+    else:
+        y = lo
     lo, hi = tl.split(tl.reshape(y, (R, C, 2, 2)))
-    if (J // (W // 4)) % 2:
+    if (J // 2) % 2:
         y = hi
     else:
         y = lo
     lo, hi = tl.split(y)
-    if J // (W // 2):
+    if J // 4:
         y = hi
     else:
         y = lo
@@ -119,29 +111,8 @@ def plane(x, J: tl.constexpr):
 
 
 @triton.jit
-def half_pairs(x, J: tl.constexpr):
-    """int4, off 8, GPU: fp16 ``2^SH (q - 8)`` of nibble J of each int16 of ``x`` (SH = 4 (J % 2)), two
-    int16s (one 32-bit register) per instruction group: ``lop3 (x >> 8 (J // 2)) & 0x000F000F (J even) or
-    0x00F000F0 (J odd) | 0x64006400`` is the fp16 pair ``1024 + 2^SH q`` (no shift for J = 0, 1), then one
-    ``sub.f16x2`` of ``1024 + 2^SH 8`` (exact)."""
-    if J == 0:
-        asm: tl.constexpr = ("{ .reg .b32 t, c; lop3.b32 t, $1, 0x000F000F, 0x64006400, 0xEA; "
-                             "mov.b32 c, 0x64086408; sub.f16x2 $0, t, c; }")
-    elif J == 1:
-        asm: tl.constexpr = ("{ .reg .b32 t, c; lop3.b32 t, $1, 0x00F000F0, 0x64006400, 0xEA; "
-                             "mov.b32 c, 0x64806480; sub.f16x2 $0, t, c; }")
-    elif J == 2:
-        asm: tl.constexpr = ("{ .reg .b32 t, c; shr.b32 t, $1, 8; lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA; "
-                             "mov.b32 c, 0x64086408; sub.f16x2 $0, t, c; }")
-    else:
-        asm: tl.constexpr = ("{ .reg .b32 t, c; shr.b32 t, $1, 8; lop3.b32 t, t, 0x00F000F0, 0x64006400, 0xEA; "
-                             "mov.b32 c, 0x64806480; sub.f16x2 $0, t, c; }")
-    return tl.inline_asm_elementwise(asm, "=r,r", [x], dtype=tl.float16, is_pure=True, pack=2)
-
-
-@triton.jit
 def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, SWAP: tl.constexpr = False,
-          NODOT: tl.constexpr = False, HJ: tl.constexpr = -1):
+          NODOT: tl.constexpr = False):
     """``acc + a · (q - OFF)`` for e4m3 codes ``a`` and weight codes ``c = q << SH`` (``q < 32``, SH 0 or 4)
     with fp16 operands: ``c | 0x6400`` is the fp16 ``1024 + c`` (no int→float convert), minus
     ``1024 + (OFF << SH)`` exactly = ``2^SH (q - OFF)``; ``a`` is taken times ``2^-SH`` (exact in fp16 for
@@ -149,14 +120,8 @@ def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, 
     SWAP: ``a`` is ``[K, M]``, ``c`` is ``[N, K]`` and the result ``acc + (q - OFF) · a`` (swap-AB: the
     register-made weight tile is the MMA's M side). NODOT (ablation, wrong result, BM == 16): no MMA, the
     unpacked tile is added into ``acc`` elementwise (the weight loads and the unpack stay live, the
-    activations are dead code). HJ >= 0 (the ``half`` loop, int4): ``c`` is the int16 word tile and the
-    weights are its nibble HJ, SH = 4 (HJ % 2) (:func:`half_pairs` on GPUs)."""
-    if HJ >= 0 and HW:
-        w = half_pairs(c, HJ)
-    else:
-        if HJ >= 0:
-            c = (c.to(tl.int32) >> (8 * (HJ // 2))) & (15 << SH)
-        w = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + (OFF << SH))
+    activations are dead code)."""
+    w = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + (OFF << SH))
     a = a.to(tl.float8e4nv, bitcast=True)
     if HW:
         a = a.to(tl.float16)
@@ -205,7 +170,7 @@ def _w4a8_kernel(
     SPLIT: tl.constexpr, HW: tl.constexpr, DOT16: tl.constexpr, NIB8: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, BG: tl.constexpr,
     GROUP_M: tl.constexpr, ZPE_PREC: tl.constexpr, SWAP: tl.constexpr = False, ABLATE: tl.constexpr = 0,
-    APRE: tl.constexpr = False, HALF: tl.constexpr = False,
+    APRE: tl.constexpr = False,
 ):
     pid_m, pid_n, part = tile_coords(M, N, b1, b2, BM, BN, GROUP_M)
     pid_s = tl.program_id(1)
@@ -220,12 +185,6 @@ def _w4a8_kernel(
     NIB: tl.constexpr = NIB8 and DOT16 and not INT8  # e4m3 only: int8 keeps the int8 dot
     SW: tl.constexpr = SWAP and NIB  # the loop runs in the transposed frame: tiles [BN, BM], weights [BN, K]
     AP: tl.constexpr = APRE and NIB
-    HF: tl.constexpr = HALF and NIB and BITS == 4 and not SW  # int4 e4m3 (config() refuses swap)
-    WD: tl.constexpr = 4 if HF else 8  # nibble planes per activation row tile: the dot's k = WD * r + j
-    offs_r = tl.arange(0, BK // WD)
-    if HF:  # the group's words as int16s [32, BN]: int16 r = half r % 2 of word r // 2 (aligned 4-byte pairs)
-        x_base = (wq_ptr.to(tl.pointer_type(tl.int16)) + ((offs_r >> 1) * 2 * N + (offs_r & 1))[:, None]
-                  + 2 * (offs_n % N)[None, :])
     a_rows = a_ptr + part.to(tl.int64) * M * K + along0(offs_m.to(tl.int64) * K, SW)
     rs_rows = rs_ptr + part * M * G + offs_m * G
     if GROUP_AS:
@@ -244,8 +203,7 @@ def _w4a8_kernel(
     acc = tl.zeros((TM, TN), dtype=tl.float32)
     if AP:  # the group's activations [BM, 16, 8] (frame order; k = 8i + j: 8-byte rows), one group ahead: the
         # per-plane loads otherwise sit behind the barrier of each dot's operand staging, one L2 trip per dot
-        # (half: [BM, 32, 4], k = 4r + j)
-        a3_ptrs = (a_rows + along1(WD * offs_r, SW))[:, :, None] + tl.arange(0, WD)[None, None, :]
+        a3_ptrs = (a_rows + along1(8 * offs_i, SW))[:, :, None] + tl.arange(0, 8)[None, None, :]
         a3_mask = along0(mask_m, SW)[:, :, None]
         a3 = tl.load(a3_ptrs + g_lo * BK, mask=a3_mask & (g_lo < g_hi), other=0.0)
     for g in range(g_lo, g_hi):
@@ -253,20 +211,8 @@ def _w4a8_kernel(
             t = tl.zeros((TM, TN), dtype=tl.int32)
         else:
             t = tl.zeros((TM, TN), dtype=tl.float32)
-        gw = g_lo + (g - g_lo) % 2 if ABLATE == 2 else g  # noload: the first two groups, L2-resident
-        if HF:  # the group's words as int16s [32, BN] (k = 4r + j), one K=32 dot per nibble index j
-            x_ptrs = tl.max_contiguous(tl.multiple_of(x_base + gw * 32 * N, [4, 2]), [2, 1])  # (bytes, elements)
-            x = tl.load(x_ptrs)  # unmasked: x_base's columns wrap (offs_n % N); the store masks them
-            if AP:
-                a3_cur = a3
-                a3 = tl.load(a3_ptrs + (g + 1) * BK, mask=a3_mask & (g + 1 < g_hi), other=0.0)
-            for j in tl.static_range(4):
-                if AP:
-                    a = plane(a3_cur, j)
-                else:
-                    a = tl.load(a_rows + g * BK + 4 * offs_r[None, :] + j, mask=mask_m[:, None], other=0.0)
-                t = dot16(a, x, t, OFF, HW, 4 * (j % 2), False, ABLATE == 1, j)
-        elif NIB:  # one K=16 dot per nibble index j (k = 8i + j): the words are never reshaped
+        if NIB:  # one K=16 dot per nibble index j (k = 8i + j): the words are never reshaped
+            gw = g_lo + (g - g_lo) % 2 if ABLATE == 2 else g  # noload: the first two groups, L2-resident
             words = tl.load(wq_ptr + along0((gw * 16 + offs_i) * N, SW) + along1(offs_n, SW), mask=along1(mask_n, SW),
                             other=0)
             if BITS == 5:  # bit 4 of q[k] is bit 8(i%4) + j of wh[g*4 + i//4]
@@ -370,12 +316,6 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr" capped at 168 registers
 #: (3 programs per SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126 registers with
 #: 3.6: 4 per SM; 214 with 3.7.1).
-#: ``half`` (int4 e4m3; module doc): "nib4p" is nib8p's tile on the int16 loop capped at 128 registers (4
-#: programs per SM), "nib4w" 256 wide on 8 warps at 128 (2 per SM), "nib4x" 256 wide on 4 warps (255
-#: registers, 2 per SM). ptxas sm_90 with Triton 3.6 and the launch's 16-byte specialisation, registers /
-#: spill B / loop warp-instructions per weight: nib8p 128/0/0.137, nib4p 128/0/0.119; nib8xpr 168/24/0.117,
-#: nib4w 128/0/0.104; nib8x 206/0/0.127, nib4x 255/0/0.088 (BM=16). At BM=32 / 64 nib4p spills 320 / 256 B
-#: (meant for M <= 16); nib4x there: 0.153 / 0.365 vs nib8xpr 0.193 / 0.421. No nodot ablation (K=32 tile).
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
@@ -383,8 +323,7 @@ def _block_n(bounds: list[int], want: int) -> int:
 def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
-    return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
-                half=False) | knobs
+    return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None) | knobs
 
 
 DECODE = {
@@ -397,9 +336,6 @@ DECODE = {
     "nib8xpr": _loop(BN=256, num_warps=4, num_stages=3, apre=True, maxnreg=168),
     "nib8p": _loop(BN=128, num_warps=4, num_stages=4, apre=True),
     "swap": _loop(BN=128, num_warps=4, num_stages=3, swap=True, apre=True),
-    "nib4p": _loop(BN=128, num_warps=4, num_stages=4, apre=True, maxnreg=128, half=True),
-    "nib4w": _loop(BN=256, num_warps=8, num_stages=4, apre=True, maxnreg=128, half=True),
-    "nib4x": _loop(BN=256, num_warps=4, num_stages=3, apre=True, half=True),
 }
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
 #: H200 call 6 (Triton 3.6, int4, e4m3 per-group, M=8, us; nib8x / nib8xpr): qkv 42.4 / 28.5, o_proj
@@ -418,7 +354,7 @@ PREFILL = {
 }
 PREFILL_DEFAULT = "k64"  # H200 call 5: 1.36-1.39x k32 at M=2048, bit-identical output
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8", "swap",
-         "ablate", "maxnreg", "apre", "half"}
+         "ablate", "maxnreg", "apre"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -455,15 +391,12 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[PREFILL_DEFAULT])
     base = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, half=False)
+                apre=False)
     cfg = base | cfg | override
     if cfg["ablate"] not in ABLATIONS:
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
-    if (cfg["swap"] or cfg["apre"] or cfg["half"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
-        raise ValueError("w4a8_gemm config: swap / apre / half / ablate act on the nib8 loop and need dot16=True, "
-                         "nib8=True")
-    if cfg["half"] and (cfg["swap"] or cfg["ablate"] == "nodot"):
-        raise ValueError("w4a8_gemm config: half runs the non-swapped frame and has no nodot ablation")
+    if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
+        raise ValueError("w4a8_gemm config: swap / apre / ablate act on the nib8 loop and need dot16=True, nib8=True")
     if cfg["ablate"] != "none" and cfg["BM"] != 16:
         raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
     if band == "decode":  # BM x BN <= 4096: at BM=64 a 128-wide tile spills ~800 B (ptxas sm_90)
@@ -501,8 +434,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if M == 0:
         return out
     has_dot16 = "DOT16" in kernel.arg_names
-    if cfg and not has_dot16 and {"dot16", "nib8", "swap", "ablate", "apre", "half"} & cfg.keys():
-        raise ValueError(f"{op}: dot16 / nib8 / swap / ablate / apre / half are not knobs of this kernel")
+    if cfg and not has_dot16 and {"dot16", "nib8", "swap", "ablate", "apre"} & cfg.keys():
+        raise ValueError(f"{op}: dot16 / nib8 / swap / ablate / apre are not knobs of this kernel")
     interp = triton_interpreted()
     band = resolve_band(band, M, op)
     if cfg is None and not interp and torch.device(device).type == "cuda":  # the GPU's committed A/B winner
@@ -521,7 +454,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         constexprs.update(maxnreg=cfg["maxnreg"])
     if has_dot16:
         constexprs.update(DOT16=cfg["dot16"], NIB8=cfg["nib8"], SWAP=cfg["swap"], ABLATE=ABLATIONS[cfg["ablate"]],
-                          APRE=cfg["apre"], HALF=cfg["half"])
+                          APRE=cfg["apre"])
     kernel[(tiles, cfg["splits"])](
         *tensors, ws, out, cnt, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
         SPLIT=split, HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"],
