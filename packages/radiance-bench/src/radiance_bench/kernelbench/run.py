@@ -188,10 +188,11 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
             bf16.append(lambda p=plain, wb=wb: torch.matmul(p(), wb.t()))
             total += w.nbytes
             total_bf16 += wb.numel() * 2
-    limit_us = total / (max(ceil["copy_TBps"], ceil["read_TBps"]) * 1e12) * 1e6  # weights are only read
+    bw = max(ceil["copy_TBps"], ceil["read_TBps"]) * 1e12  # weights are only read
     for label, calls, nbytes in (("served", served, total), ("rot+gemm", rot_gemm, total),
                                  ("gemm only", gemm_only, total), ("cuBLAS bf16 + plain producers", bf16, total_bf16)):
         t = graph_time([lambda calls=calls: [c() for c in calls]], reps=5, min_calls=1)
+        limit_us = nbytes / bw * 1e6  # this row's own weight-stream limit
         name = f"64-layer {label}" + ("" if label.startswith("cuBLAS") else f" int{bits}")
         _record(results, "stack", name, t, M=M,
                 weight_bytes=nbytes, limit_us=limit_us, vs_limit=t.best_us / limit_us,
