@@ -31,6 +31,7 @@ FAMILIES = {
     "test_skinny_gemm.py": "skinny_gemm: Triton vs fp32 reference",
     "test_gdn.py": "gdn: chunk/recurrent vs fp64, span-200+ gates finite",
     "test_manifest.py": "manifest and backends: missing op / backend raise",
+    "test_tuned.py": "per-GPU tuned tile tables: lookup, stale names fail",
 }
 
 
