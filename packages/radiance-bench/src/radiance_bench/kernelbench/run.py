@@ -1,10 +1,9 @@
 """``python -m radiance_bench.kernelbench.run --out DIR``: every kernel bench of issue 6 in one run.
 
-Sections (``--sections``): ceilings, decode, skinny, prefill, producer, stack, and the A/B sections
-decode_variants, prefill_variants, producer_variants (``--configs`` picks named configs, ``--decode-m``
-the decode M). Each figure is recorded
-with the ceiling and peers measured in the same process; the JSON holds everything, the printed table
-the ratios the bars are stated in.
+Sections (``--sections``): ceilings, decode, producer_decode, skinny, prefill, producer, stack, and the A/B
+sections decode_variants, prefill_variants, producer_variants (``--configs`` picks named configs, ``--decode-m``
+the decode M). Each figure is recorded with the ceiling and peers measured in the same process; the JSON
+holds everything, the printed table the ratios the bars are stated in.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
 PREFILL_M = (2048, 8192)
-SECTIONS = ("ceilings", "decode", "skinny", "prefill", "producer", "stack", "decode_variants", "prefill_variants",
-            "producer_variants")
+SECTIONS = ("ceilings", "decode", "producer_decode", "skinny", "prefill", "producer", "stack", "decode_variants",
+            "prefill_variants", "producer_variants")
 
 
 def _record(results: list, section: str, kernel: str, t, **fields) -> dict:
@@ -66,9 +65,7 @@ def _prologue(x, w, elem="e4m3", gran="group"):
 
 def decode(results: list, ceil: dict) -> None:
     """Decode band: the linear as rotate+quant launch + GEMM launch at M = 1..16, int4 everywhere, int5 and
-    the GEMM alone at M = 8; the projection's stream producer fused with rotate+quant and plain (their
-    difference is the rotation's cost when it rides on the producer, as served); peers cuBLAS bf16
-    everywhere, GemLite at M = 8 on qkv / gate_up."""
+    the GEMM alone at M = 8; peers cuBLAS bf16 everywhere, GemLite at M = 8 on qkv / gate_up."""
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
             continue
@@ -86,11 +83,6 @@ def decode(results: list, ceil: dict) -> None:
                     tbps = weights[0].nbytes / (t.best_us * 1e-6) / 1e12
                     _record(results, "decode", f"{label} int{bits}", t, M=M, **meta0, weight_TBps=tbps,
                             frac_copy=tbps / ceil["copy_TBps"], frac_read=tbps / ceil["read_TBps"])
-                if bits == 4:  # the served form: the rotation rides on the producer the layer runs anyway
-                    for label, call in zip(("producer fused", "producer plain"),
-                                           producer_calls(proj.name, M, proj.K, M, weights[0]), strict=True):
-                        _record(results, "decode", f"{label} ({PRODUCER_OF[proj.name]})", graph_time([call]), M=M,
-                                **meta0)
             del weights
         for M in DECODE_M:
             meta, fl = {**meta0, "M": M}, 2 * M * proj.N * proj.K
@@ -100,6 +92,21 @@ def decode(results: list, ceil: dict) -> None:
                 for kind in ("A16W4", "A8W4"):
                     _peer(results, "decode", f"GemLite {kind}", partial(peers.gemlite, kind, M, proj.N, proj.K), fl,
                           proj.N * proj.K // 2 + proj.N * proj.K // 128 * 4, **meta)
+
+
+def producer_decode(results: list, ceil: dict) -> None:
+    """Each projection's stream producer at decode M = 1..16, fused with its rotate+quant (e4m3 per
+    group) and plain: their difference is what the rotation costs when it rides on the producer the
+    layer runs anyway (the served form)."""
+    for proj in projections(1):
+        if proj.name == "gdn.in_proj_ba":
+            continue
+        w = w4_weight(proj, 4, seed=0)
+        for M in DECODE_M:
+            for label, call in zip(("producer fused", "producer plain"), producer_calls(proj.name, M, proj.K, M, w),
+                                   strict=True):
+                _record(results, "producer_decode", f"{label} ({PRODUCER_OF[proj.name]})", graph_time([call]), M=M,
+                        proj=proj.name, P=proj.P, K=proj.K)
 
 
 def skinny(results: list, ceil: dict) -> None:
