@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from radiance_kernels.ops.mxfp4_gemm.reference import MXPrepared, check_inputs
-from radiance_kernels.ops.w4a8_gemm.triton import NO_SPECIALIZE, launch, load_nibbles, store_tile, tile_coords
+from radiance_kernels.ops.w4a8_gemm.triton import NO_SPECIALIZE, launch, load_nibbles, store_tile, tile_setup
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
@@ -26,17 +26,10 @@ def _mxfp4_kernel(
     SPLIT: tl.constexpr, HW: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    pid_m, pid_n, part = tile_coords(M, N, b1, b2, BM, BN, GROUP_M)
-    pid_s = tl.program_id(1)
-    G = K // BK
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    offs_n = pid_n * BN + tl.arange(0, BN)
+    part, offs_m, offs_n, mask_m, mask_n, g_lo, g_hi = tile_setup(M, N, K, b1, b2, groups_per_split, BM, BN, BK,
+                                                                   GROUP_M)
     offs_k = tl.arange(0, KS)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
     a_rows = a_ptr + part.to(tl.int64) * M * K + offs_m.to(tl.int64)[:, None] * K
-    g_lo = pid_s * groups_per_split
-    g_hi = tl.minimum(g_lo + groups_per_split, G)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for g in range(g_lo, g_hi):
         for kk in tl.static_range(0, BK, KS):

@@ -60,6 +60,18 @@ def tile_coords(M, N, b1, b2, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.co
 
 
 @triton.jit
+def tile_setup(M, N, K, b1, b2, groups_per_split, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+               GROUP_M: tl.constexpr):
+    """The program's tile: (partition, row / column offsets and masks, its split's group range [g_lo, g_hi))."""
+    pid_m, pid_n, part = tile_coords(M, N, b1, b2, BM, BN, GROUP_M)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    g_lo = tl.program_id(1) * groups_per_split
+    g_hi = tl.minimum(g_lo + groups_per_split, K // BK)
+    return part, offs_m, offs_n, offs_m < M, offs_n < N, g_lo, g_hi
+
+
+@triton.jit
 def load_nibbles(w_ptr, k0, offs_n, mask_n, N, BK: tl.constexpr, BN: tl.constexpr):
     """[BK, BN] int32 codes from K-packed words ``w [K/8, N]`` (nibble j of row i = k 8i + j), k0 % 8 == 0."""
     rows = k0 // 8 + tl.arange(0, BK // 8)
@@ -172,14 +184,10 @@ def _w4a8_kernel(
     GROUP_M: tl.constexpr, ZPE_PREC: tl.constexpr, SWAP: tl.constexpr = False, ABLATE: tl.constexpr = 0,
     APRE: tl.constexpr = False,
 ):
-    pid_m, pid_n, part = tile_coords(M, N, b1, b2, BM, BN, GROUP_M)
-    pid_s = tl.program_id(1)
+    part, offs_m, offs_n, mask_m, mask_n, g_lo, g_hi = tile_setup(M, N, K, b1, b2, groups_per_split, BM, BN, BK,
+                                                                   GROUP_M)
     G = K // BK
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, KS)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
     if HW and not INT8:  # typed fp8 loads: the tile can feed the dot (and its pipeline) with no cast op
         a_ptr = a_ptr.to(tl.pointer_type(tl.float8e4nv))
     NIB: tl.constexpr = NIB8 and DOT16 and not INT8  # e4m3 only: int8 keeps the int8 dot
@@ -196,8 +204,6 @@ def _w4a8_kernel(
     shift_h = tl.arange(0, 32)
     OFF: tl.constexpr = 1 << (BITS - 1)
 
-    g_lo = pid_s * groups_per_split
-    g_hi = tl.minimum(g_lo + groups_per_split, G)
     TM: tl.constexpr = BN if SW else BM  # the tile frame [TM, TN]
     TN: tl.constexpr = BM if SW else BN
     acc = tl.zeros((TM, TN), dtype=tl.float32)
