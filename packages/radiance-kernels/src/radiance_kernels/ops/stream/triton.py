@@ -4,7 +4,10 @@ One program per (partition p, BM-row block, group chunk). ``PRODUCER`` picks wha
 (0 none = ``rotate_quant``, 1 add+RMSNorm — Gemma weight when ``GEMMA`` —, 3 silu_mul, 4 sigmoid_gate,
 5 per-head gated RMSNorm); ``QUANT=False`` runs the plain producer (no rotation). A row-wide step
 (the RMSNorm's sum of squares, the per-token amax) makes the program own all groups of its rows and
-loop over them; otherwise each program owns one group. The per-token amax needs the whole rotated row
+loop over them; otherwise each program owns one group. Split add+RMSNorm (``FOLD``, small M) takes the sum
+of squares off the walk: a first launch writes each (row, group)'s ``tree(s*s)`` to an fp32 [M, G] buffer in
+parallel, the main launch folds a row's G partials in group order (the reference's ``ss + tree`` order, so
+bit-identical) and, per-group or plain, owns one group per program. The per-token amax needs the whole rotated row
 before any code: with ``SCRATCH`` the first pass parks the rotated fp32 row in a [P, M, K] scratch and the
 second pass only encodes it (one rotation per element; launches of at most ``SCRATCH_BYTES`` of scratch
 each, over row chunks ``row0..``), without it the second pass recomputes the
@@ -45,6 +48,11 @@ CONFIGS = {
     "bm4w4": dict(BM=4, num_warps=4, scratch=True),
 }
 DEFAULT = "bm16w4"
+#: add+RMSNorm splits its groups over the grid (``split``) while the row-wide grid, P x cdiv(M, BM)
+#: programs, is below this: ~8 resident 4-warp programs on each of the H200's 132 SMs, the occupancy at
+#: which the row-wide walk's per-group latency (~0.35 us a step) is hidden by other programs and the split's
+#: extra launch (the [M, G] partials) stops paying. Static estimate, not yet swept on the device.
+SPLIT_PROGRAMS = 1024
 #: Scratch cap of one per-token launch (larger M runs as several launches over row chunks).
 SCRATCH_BYTES = 256 << 20
 
@@ -119,6 +127,27 @@ def _rms_inv(ss, n, eps):
 
 
 @triton.jit
+def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.constexpr, BM: tl.constexpr):
+    """add+RMSNorm's group-g term of the row sum of squares, ``tree(s*s)`` with s = DT-rounded a + b: [BM]."""
+    r64 = rows.to(tl.int64)[:, None]
+    xa = load_f32(a_ptr, r64 * stride_a + g * 128 + cols[None, :], rmask[:, None], DT)
+    xb = load_f32(b_ptr, r64 * stride_b + g * 128 + cols[None, :], rmask[:, None], DT)
+    s = round_to(xa + xb, DT)
+    return _tree(s * s, BM)
+
+
+@triton.jit
+def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, DT: tl.constexpr, BM: tl.constexpr):
+    """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
+    per (BM-row block, group)."""
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    rmask = rows < M
+    g = tl.program_id(1)
+    t = _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, tl.arange(0, 128), g, DT, BM)
+    tl.store(part_ptr + rows.to(tl.int64) * G + g, t, mask=rmask)
+
+
+@triton.jit
 def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
              rows, rmask, cols, g, K, inv,
              PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, STORE: tl.constexpr,
@@ -157,11 +186,11 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, re
 @triton.jit
 def _prologue_kernel(
     a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
-    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, inv_qmax,
+    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, part_ptr, inv_qmax,
     M, K, G, GPP, row0, scr_rows,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
-    SCRATCH: tl.constexpr, NW: tl.constexpr,
+    SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr,
 ):
     p = tl.program_id(0)
     rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
@@ -173,12 +202,17 @@ def _prologue_kernel(
     inv = tl.zeros((BM,), tl.float32)
     if PRODUCER == 1:
         ss = tl.zeros((BM,), tl.float32)
-        for g in range(0, G):
-            r64 = rows.to(tl.int64)[:, None]
-            xa = load_f32(a_ptr, r64 * stride_a + g * 128 + cols[None, :], rmask[:, None], DT)
-            xb = load_f32(b_ptr, r64 * stride_b + g * 128 + cols[None, :], rmask[:, None], DT)
-            s = round_to(xa + xb, DT)
-            ss = ss + _tree(s * s, BM)
+        if FOLD:
+            # the [M, G] partials of _ss_partials_kernel, folded in group order as the walk below adds
+            # them (unrolled: the FOLD loads issue back to back, only the adds are serial)
+            # (8 loads in flight at a time: every thread holds the BM rows, all FOLD at once would spill)
+            for c in range(0, FOLD, 8):
+                for j in tl.static_range(8):
+                    ss = ss + tl.load(part_ptr + rows.to(tl.int64) * G + c + j, mask=rmask & (c + j < FOLD),
+                                      other=0.0)
+        else:
+            for g in range(0, G):
+                ss = ss + _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT, BM)
         inv = _rms_inv(ss, K.to(tl.float32), eps)
     if TOKEN and SCRATCH:
         # pass 1: produce, rotate, row amax, park the rotated tile; pass 2: encode the parked row
@@ -245,11 +279,13 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight: torch.Tensor | None = None,
            eps: float = 0.0, rotation=None, elem: str | None = None, granularity: str | None = None,
            store_hs: bool = False, hw: bool = False, out: dict[str, torch.Tensor] | None = None,
-           cfg: str = DEFAULT) -> dict[str, torch.Tensor]:
+           cfg: str = DEFAULT, split: bool | None = None) -> dict[str, torch.Tensor]:
     """Run the prologue kernel; returns the outputs by name: ``hs`` (and ``residual`` for the norms) when
     ``store_hs``, ``A``/``AS``/``RS`` when ``rotation`` = (pairs [P,krot,K], theta, channel_scales) is given.
     ``out`` may hold preallocated buffers by the same names (tests poison them). Argument checks are the
-    callers' (the op wrappers); ``cfg`` names an entry of :data:`CONFIGS`."""
+    callers' (the op wrappers); ``cfg`` names an entry of :data:`CONFIGS`. ``split`` (add+RMSNorm only): fold
+    the sum of squares from a parallel first launch instead of walking the row (None: split while the
+    row-wide grid has fewer than :data:`SPLIT_PROGRAMS` programs)."""
     if cfg not in CONFIGS:
         raise ValueError(f"prologue cfg {cfg!r} is not one of {sorted(CONFIGS)}")
     bm, num_warps, scratch = CONFIGS[cfg]["BM"], CONFIGS[cfg]["num_warps"], CONFIGS[cfg]["scratch"]
@@ -273,7 +309,8 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
 
     quant = rotation is not None
     token = quant and granularity == "token"
-    row_wide = token or kind == 1
+    if split is not None and kind != 1:
+        raise ValueError(f"prologue split={split!r} applies to add_rms producers, not {producer!r}")
     if store_hs:
         buf("hs", (M, K), a.dtype)
         if kind == 1:
@@ -294,7 +331,15 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     dummy = torch.empty(1, dtype=torch.int16 if a.dtype == torch.bfloat16 else a.dtype, device=dev)  # never read
     if M == 0:
         return out
-    GPP = G if row_wide else 1
+    if split is None:
+        split = kind == 1 and P * triton.cdiv(M, bm) < SPLIT_PROGRAMS
+    GPP = G if token or (kind == 1 and not split) else 1
+    part = cos  # never read
+    if split:
+        part = torch.empty((M, G), dtype=torch.float32, device=dev)
+        _ss_partials_kernel[(triton.cdiv(M, bm), G)](
+            _bits(a), _bits(b), a.stride(0), b.stride(0), part, M, G, DT=_DT[a.dtype], BM=bm,
+            num_warps=num_warps, enable_fp_fusion=False)
     scratch = scratch and token
     chunk = M
     if scratch:  # equal chunks of whole row blocks, each within the cap
@@ -309,10 +354,10 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             0 if weight is not None and weight.numel() == GROUP else GROUP, float(eps),
             _bits(out["hs"]) if store_hs else dummy, _bits(out["residual"]) if "residual" in out else dummy,
             mate, cos, sin, cs,
-            out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, inv_qmax,
+            out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, part, inv_qmax,
             M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, num_warps=num_warps, enable_fp_fusion=False,
+            NW=num_warps, FOLD=G if split else 0, num_warps=num_warps, enable_fp_fusion=False,
         )
     return out
