@@ -102,6 +102,20 @@ def test_add_rms_split_equals_row_wide_bytewise(device, name, dtype, P, M, K, cf
             assert torch.equal(got[t].view(torch.uint8), walk[key][t].view(torch.uint8)), (key, t)
 
 
+@pytest.mark.parametrize("name, dtype", [("silu_mul", torch.bfloat16), ("gated_rms_norm_k", torch.float16)])
+def test_token_split_equals_walk_bytewise(device, name, dtype):
+    """Per-token split in two launches (per-group amax partials, folded) and the row-wide walk both equal the
+    reference chain byte for byte."""
+    M, K, P = 8, 384, 3
+    a, b, w = inputs(name, M, K, dtype, seed=11, device=device)
+    recs = random_rotations(P, K, seed=P, device=device)
+    for elem in ("e4m3", "int8"):
+        want = reference.rotate_quant(plain_reference(name, a, b, w)[0], *recs, elem, "token")
+        for split in (True, False):
+            assert_same(launch(name, a, b, w, rotation=recs, elem=elem, granularity="token",
+                               out=poisoned(P, M, K, elem, "token", device), split=split), want)
+
+
 def test_add_rms_split_choice(device, monkeypatch):
     """``split=None`` splits while the row-wide grid (P x row blocks) is below SPLIT_PROGRAMS; a split for a
     producer without a row sum of squares raises."""
