@@ -202,9 +202,9 @@ from triton.compiler import ASTSource
 from radiance_kernels.ops.stream import triton as st
 consts = dict(PRODUCER=5, GEMMA=False, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=False, NL=8, HW=True,
               BM=st.CONFIGS[st.DEFAULT]["BM"], SCRATCH=False,
-              NW=st.CONFIGS[st.DEFAULT]["num_warps"])
+              NW=st.CONFIGS[st.DEFAULT]["num_warps"], FOLD=0, TSPLIT=0)
 ptrs = dict(mate_ptr="*i32", cos_ptr="*fp32", sin_ptr="*fp32", cs_ptr="*fp16", q_ptr="*u8", as_ptr="*fp32",
-            rs_ptr="*fp32", scr_ptr="*fp32")
+            rs_ptr="*fp32", scr_ptr="*fp32", part_ptr="*fp32", amax_ptr="*fp32")
 sig = {n: "constexpr" if n in consts else ptrs.get(n, "*i16" if n.endswith("_ptr") else
                                                   "fp32" if n in ("eps", "inv_qmax") else "i32")
        for n in st._prologue_kernel.arg_names}

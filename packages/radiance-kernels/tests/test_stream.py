@@ -40,26 +40,30 @@ def poisoned_hs(name, M, K, dtype, device):
     return out
 
 
-def check_family(name, M, K, P, dtype, device, variants, hw=False, cfg=st.DEFAULT):
-    """Plain kernel == plain reference; fused kernel == reference chain (producer → rotate_quant)."""
+def check_family(name, M, K, P, dtype, device, variants, hw=False, cfg=st.DEFAULT, **kw):
+    """Plain kernel == plain reference; fused kernel == reference chain (producer → rotate_quant).
+    Returns the fused outputs by variant (``kw``: further launch arguments, e.g. ``split``)."""
     a, b, w = inputs(name, M, K, dtype, seed=M + K, device=device)
     plain = plain_reference(name, a, b, w)
-    got = launch(name, a, b, w, store_hs=True, out=poisoned_hs(name, M, K, dtype, device), cfg=cfg)
+    got = launch(name, a, b, w, store_hs=True, out=poisoned_hs(name, M, K, dtype, device), cfg=cfg, **kw)
     for want, key in zip(plain, ("hs", "residual")[:len(plain)], strict=True):
         assert torch.equal(got[key].view(torch.int16 if dtype != torch.float32 else torch.int32),
                            want.view(torch.int16 if dtype != torch.float32 else torch.int32)), key
     recs = random_rotations(P, K, seed=P, device=device)
     norm = name.startswith("add_rms")
+    fused = {}
     for elem, granularity in variants:
         want = reference.rotate_quant(plain[0], *recs, elem, granularity)
         out = poisoned(P, M, K, elem, granularity, device)
         if norm:
             out.update(poisoned_hs(name, M, K, dtype, device))
         got = launch(name, a, b, w, rotation=recs, elem=elem, granularity=granularity, store_hs=norm, hw=hw, out=out,
-                     cfg=cfg)
+                     cfg=cfg, **kw)
         assert_same(got, want)
         if norm:
             assert torch.equal(got["hs"], plain[0]) and torch.equal(got["residual"], plain[1])
+        fused[elem, granularity] = got
+    return fused
 
 
 CASES = [(torch.bfloat16, 2, 5, 256, VARIANTS), (torch.float16, 3, 16, 384, VARIANTS[::3]),
@@ -84,6 +88,54 @@ def test_fused_token_scratch_row_chunks(device, monkeypatch):
     """Per-token scratch launches over row chunks (cap of 8 rows) with a producer storing hs / residual."""
     monkeypatch.setattr(st, "SCRATCH_BYTES", 2 * 256 * 4 * 8)
     check_family("add_rms", 37, 256, 2, torch.bfloat16, device, [("e4m3", "token")], cfg="bm4w4")
+
+
+@pytest.mark.parametrize("name, dtype, P, M, K, cfg", [("add_rms", torch.bfloat16, 3, 8, 640, st.DEFAULT),
+                                                        ("add_rms_gemma", torch.float16, 2, 37, 384, "bm4w4")])
+def test_add_rms_split_equals_row_wide_bytewise(device, name, dtype, P, M, K, cfg):
+    """Split add+RMSNorm (parallel [M, G] sum-of-squares partials folded in group order, one group per
+    program) and the row-wide walk both equal the reference chain, and each other, byte for byte."""
+    split = check_family(name, M, K, P, dtype, device, VARIANTS, cfg=cfg, split=True)
+    walk = check_family(name, M, K, P, dtype, device, VARIANTS, cfg=cfg, split=False)
+    for key, got in split.items():
+        for t in ("A", "AS", "RS", "hs", "residual"):
+            assert torch.equal(got[t].view(torch.uint8), walk[key][t].view(torch.uint8)), (key, t)
+
+
+@pytest.mark.parametrize("name, dtype", [("silu_mul", torch.bfloat16), ("gated_rms_norm_k", torch.float16)])
+def test_token_split_equals_walk_bytewise(device, name, dtype):
+    """Per-token split in two launches (per-group amax partials, folded) and the row-wide walk both equal the
+    reference chain byte for byte."""
+    M, K, P = 8, 384, 3
+    a, b, w = inputs(name, M, K, dtype, seed=11, device=device)
+    recs = random_rotations(P, K, seed=P, device=device)
+    for elem in ("e4m3", "int8"):
+        want = reference.rotate_quant(plain_reference(name, a, b, w)[0], *recs, elem, "token")
+        for split in (True, False):
+            assert_same(launch(name, a, b, w, rotation=recs, elem=elem, granularity="token",
+                               out=poisoned(P, M, K, elem, "token", device), split=split), want)
+
+
+def test_add_rms_split_choice(device, monkeypatch):
+    """``split=None`` splits while the row-wide grid (P x row blocks) is below SPLIT_PROGRAMS; a split for a
+    producer without a row sum of squares raises."""
+    a, b, w = inputs("add_rms", 8, 256, torch.bfloat16, 3, device)
+    grids, real = [], st._ss_partials_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(st, "_ss_partials_kernel", Spy())
+    outs = []
+    for programs in (1, 2):  # the row-wide grid here is one program
+        monkeypatch.setattr(st, "SPLIT_PROGRAMS", programs)
+        outs.append(launch("add_rms", a, b, w, store_hs=True))
+    assert grids == [(1, 2)]
+    assert all(torch.equal(outs[0][k], outs[1][k]) for k in ("hs", "residual"))
+    with pytest.raises(ValueError, match="split=True applies to add_rms"):
+        launch("silu_mul", a, b, None, store_hs=True, split=True)
 
 
 def test_ops_dispatch_and_outputs(device):

@@ -8,7 +8,14 @@ loop over them; otherwise each program owns one group. The per-token amax needs 
 before any code: with ``SCRATCH`` the first pass parks the rotated fp32 row in a [P, M, K] scratch and the
 second pass only encodes it (one rotation per element; launches of at most ``SCRATCH_BYTES`` of scratch
 each, over row chunks ``row0..``), without it the second pass recomputes the
-producer and the rotation (no scratch memory, twice the arithmetic). Producer outputs (hs, residual) are
+producer and the rotation (no scratch memory, twice the arithmetic).
+
+Split (small M, :data:`SPLIT_PROGRAMS`): add+RMSNorm (``FOLD``) takes the sum of squares off the walk: a
+first launch writes each (row, group)'s ``tree(s*s)`` to an fp32 [M, G] buffer in parallel, the main launch
+folds a row's G partials in group order (the reference's ``ss + tree`` order, so bit-identical) and,
+per-group or plain, owns one group per program. Per-token with a scratch (``TSPLIT``) runs its two passes as
+two launches of one group per program: pass 1 also parks each (row, group)'s amax in an fp32 [P, M, G]
+buffer, pass 2 folds them with the walk's maximum in group order. Producer outputs (hs, residual) are
 stored by the p = 0 programs only. The math follows :mod:`radiance_kernels.ops.stream.reference` operation
 for operation.
 """
@@ -45,6 +52,12 @@ CONFIGS = {
     "bm4w4": dict(BM=4, num_warps=4, scratch=True),
 }
 DEFAULT = "bm16w4"
+#: The row-wide kinds (add+RMSNorm, per-token with a scratch) split their groups over the grid
+#: (``split``) while the row-wide grid, P x cdiv(M, BM) programs, is below this: ~4 resident 4-warp
+#: programs on each of the H200's 132 SMs, from where other programs hide the row-wide walk's per-group
+#: latency (~0.35 us a step) and the split's extra launch (the [M, G] partials / the second per-token pass)
+#: stops paying. With bm16w4: M <= 8176 at P = 1, M <= 2720 at P = 3. Static estimate, not yet swept on the device.
+SPLIT_PROGRAMS = 512
 #: Scratch cap of one per-token launch (larger M runs as several launches over row chunks).
 SCRATCH_BYTES = 256 << 20
 
@@ -119,6 +132,27 @@ def _rms_inv(ss, n, eps):
 
 
 @triton.jit
+def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.constexpr, BM: tl.constexpr):
+    """add+RMSNorm's group-g term of the row sum of squares, ``tree(s*s)`` with s = DT-rounded a + b: [BM]."""
+    r64 = rows.to(tl.int64)[:, None]
+    xa = load_f32(a_ptr, r64 * stride_a + g * 128 + cols[None, :], rmask[:, None], DT)
+    xb = load_f32(b_ptr, r64 * stride_b + g * 128 + cols[None, :], rmask[:, None], DT)
+    s = round_to(xa + xb, DT)
+    return _tree(s * s, BM)
+
+
+@triton.jit
+def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, DT: tl.constexpr, BM: tl.constexpr):
+    """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
+    per (BM-row block, group)."""
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    rmask = rows < M
+    g = tl.program_id(1)
+    t = _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, tl.arange(0, 128), g, DT, BM)
+    tl.store(part_ptr + rows.to(tl.int64) * G + g, t, mask=rmask)
+
+
+@triton.jit
 def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
              rows, rmask, cols, g, K, inv,
              PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, STORE: tl.constexpr,
@@ -157,11 +191,11 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, re
 @triton.jit
 def _prologue_kernel(
     a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
-    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, inv_qmax,
+    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, part_ptr, amax_ptr, inv_qmax,
     M, K, G, GPP, row0, scr_rows,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
-    SCRATCH: tl.constexpr, NW: tl.constexpr,
+    SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr,
 ):
     p = tl.program_id(0)
     rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
@@ -171,31 +205,49 @@ def _prologue_kernel(
     g0 = tl.program_id(2) * GPP
     g1 = tl.minimum(g0 + GPP, G)
     inv = tl.zeros((BM,), tl.float32)
-    if PRODUCER == 1:
+    if PRODUCER == 1 and TSPLIT != 2:
         ss = tl.zeros((BM,), tl.float32)
-        for g in range(0, G):
-            r64 = rows.to(tl.int64)[:, None]
-            xa = load_f32(a_ptr, r64 * stride_a + g * 128 + cols[None, :], rmask[:, None], DT)
-            xb = load_f32(b_ptr, r64 * stride_b + g * 128 + cols[None, :], rmask[:, None], DT)
-            s = round_to(xa + xb, DT)
-            ss = ss + _tree(s * s, BM)
+        if FOLD:
+            # the [M, G] partials of _ss_partials_kernel, folded in group order as the walk below adds
+            # them (unrolled: the FOLD loads issue back to back, only the adds are serial)
+            # (8 loads in flight at a time: every thread holds the BM rows, all FOLD at once would spill)
+            for c in range(0, FOLD, 8):
+                for j in tl.static_range(8):
+                    ss = ss + tl.load(part_ptr + rows.to(tl.int64) * G + c + j, mask=rmask & (c + j < FOLD),
+                                      other=0.0)
+        else:
+            for g in range(0, G):
+                ss = ss + _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT, BM)
         inv = _rms_inv(ss, K.to(tl.float32), eps)
     if TOKEN and SCRATCH:
         # pass 1: produce, rotate, row amax, park the rotated tile; pass 2: encode the parked row
+        # (TSPLIT 1 / 2: the two passes as two launches, one group per program; pass 1 parks its group's
+        # amax in amax_ptr [P, M, G], pass 2 folds them in group order with the same maximum)
         amax = tl.zeros((BM,), tl.float32)
         sofs = (p * scr_rows + rows - row0).to(tl.int64)[:, None] * K + cols[None, :]
-        for g in range(0, G):
-            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
-                         rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
-            v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
-            amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
-            tl.store(scr_ptr + sofs + g * 128, v, mask=rmask[:, None])
-        tl.debug_barrier()  # the parked tiles are read back by whichever thread the layout gives them to
-        scale = amax * inv_qmax
-        tl.store(as_ptr + p * M + rows, scale, mask=rmask)
-        for g in range(0, G):
-            v = tl.load(scr_ptr + sofs + g * 128, mask=rmask[:, None], other=0.0)
-            quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
+        abase = (p * M + rows).to(tl.int64) * G
+        if TSPLIT != 2:
+            for g in range(g0, g1):
+                v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
+                             rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
+                v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
+                amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
+                tl.store(scr_ptr + sofs + g * 128, v, mask=rmask[:, None])
+            if TSPLIT == 1:
+                tl.store(amax_ptr + abase + g0, amax, mask=rmask)
+            else:
+                tl.debug_barrier()  # the parked tiles are read back by whichever thread the layout gives them to
+        if TSPLIT != 1:
+            if TSPLIT == 2:  # max(amax, 0) past G is exact: amax >= 0 or NaN
+                for c in range(0, G, 8):
+                    for j in tl.static_range(8):
+                        amax = tl.maximum(amax, tl.load(amax_ptr + abase + c + j, mask=rmask & (c + j < G),
+                                                        other=0.0))
+            scale = amax * inv_qmax
+            tl.store(as_ptr + p * M + rows, scale, mask=rmask & (g0 == 0))
+            for g in range(g0, g1):
+                v = tl.load(scr_ptr + sofs + g * 128, mask=rmask[:, None], other=0.0)
+                quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
     elif TOKEN:
         # iterations 0..G-1 find the row amax, G..2G-1 encode (one loop body: half the code to compile)
         amax = tl.zeros((BM,), tl.float32)
@@ -245,11 +297,14 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight: torch.Tensor | None = None,
            eps: float = 0.0, rotation=None, elem: str | None = None, granularity: str | None = None,
            store_hs: bool = False, hw: bool = False, out: dict[str, torch.Tensor] | None = None,
-           cfg: str = DEFAULT) -> dict[str, torch.Tensor]:
+           cfg: str = DEFAULT, split: bool | None = None) -> dict[str, torch.Tensor]:
     """Run the prologue kernel; returns the outputs by name: ``hs`` (and ``residual`` for the norms) when
     ``store_hs``, ``A``/``AS``/``RS`` when ``rotation`` = (pairs [P,krot,K], theta, channel_scales) is given.
     ``out`` may hold preallocated buffers by the same names (tests poison them). Argument checks are the
-    callers' (the op wrappers); ``cfg`` names an entry of :data:`CONFIGS`."""
+    callers' (the op wrappers); ``cfg`` names an entry of :data:`CONFIGS`. ``split`` (add+RMSNorm, or per-token
+    with a scratch config): fold the sum of squares / the row amax from per-group partials written in
+    parallel instead of walking the row (None: split while the row-wide grid has fewer than
+    :data:`SPLIT_PROGRAMS` programs); asked of any other launch it raises."""
     if cfg not in CONFIGS:
         raise ValueError(f"prologue cfg {cfg!r} is not one of {sorted(CONFIGS)}")
     bm, num_warps, scratch = CONFIGS[cfg]["BM"], CONFIGS[cfg]["num_warps"], CONFIGS[cfg]["scratch"]
@@ -273,7 +328,10 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
 
     quant = rotation is not None
     token = quant and granularity == "token"
-    row_wide = token or kind == 1
+    scratch = scratch and token
+    if split is not None and kind != 1 and not scratch:
+        raise ValueError(f"prologue split={split!r} applies to add_rms producers and per-token scratch configs, "
+                         f"not {producer!r} {granularity or 'plain'} with cfg {cfg!r}")
     if store_hs:
         buf("hs", (M, K), a.dtype)
         if kind == 1:
@@ -294,14 +352,24 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     dummy = torch.empty(1, dtype=torch.int16 if a.dtype == torch.bfloat16 else a.dtype, device=dev)  # never read
     if M == 0:
         return out
-    GPP = G if row_wide else 1
-    scratch = scratch and token
+    if split is None:
+        split = (kind == 1 or scratch) and P * triton.cdiv(M, bm) < SPLIT_PROGRAMS
+    fold = split and kind == 1
+    tsplit = split and scratch
+    GPP = G if (token and not tsplit) or (kind == 1 and not split) else 1
+    part = cos  # never read
+    if fold:
+        part = torch.empty((M, G), dtype=torch.float32, device=dev)
+        _ss_partials_kernel[(triton.cdiv(M, bm), G)](
+            _bits(a), _bits(b), a.stride(0), b.stride(0), part, M, G, DT=_DT[a.dtype], BM=bm,
+            num_warps=num_warps, enable_fp_fusion=False)
     chunk = M
     if scratch:  # equal chunks of whole row blocks, each within the cap
         cap = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm)
         chunk = triton.cdiv(triton.cdiv(M, triton.cdiv(M, cap)), bm) * bm
     scr = torch.empty((P, min(chunk, M), K), dtype=torch.float32, device=dev) if scratch else cos  # cos: never read
-    for row0 in range(0, M, chunk):
+    amax = torch.empty((P, M, G), dtype=torch.float32, device=dev) if tsplit else cos  # cos: never read
+    for row0, phase in ((r, t) for r in range(0, M, chunk) for t in ((1, 2) if tsplit else (0,))):
         grid = (P, triton.cdiv(min(chunk, M - row0), bm), triton.cdiv(G, GPP))
         _prologue_kernel[grid](
             _bits(a), _bits(b) if b is not None else dummy, _bits(weight) if weight is not None else dummy,
@@ -309,10 +377,11 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             0 if weight is not None and weight.numel() == GROUP else GROUP, float(eps),
             _bits(out["hs"]) if store_hs else dummy, _bits(out["residual"]) if "residual" in out else dummy,
             mate, cos, sin, cs,
-            out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, inv_qmax,
+            out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, part, amax,
+            inv_qmax,
             M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, num_warps=num_warps, enable_fp_fusion=False,
+            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, num_warps=num_warps, enable_fp_fusion=False,
         )
     return out
