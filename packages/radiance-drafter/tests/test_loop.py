@@ -80,3 +80,26 @@ def test_fp8_export(loop, monkeypatch):
     else:
         with pytest.raises(ValueError, match="CPUFp8W8A8BlockScaledMMKernel requires AMX tile support"):
             check_vllm_load(work / "fp8", target)
+
+
+def test_proxy_cli_applies_top_k_top_p(loop, tmp_path):
+    """`proxy` with the verifier's top-k / top-p: top-k 1 at any temperature is greedy verification,
+    so it must equal the T = 0 figures exactly; a nucleus run records its settings."""
+    from typer.testing import CliRunner
+
+    from radiance_drafter.cli import app
+
+    work, _, _ = loop
+    target = json.loads((work / "run" / "settings.json").read_text())["target"]
+    base = [str(work / "run" / "drafter"), str(work / "cap-heldout"), target]
+    runs = {}
+    for name, extra in (("greedy", ["--temperature", "0"]), ("top1", ["--temperature", "1.0", "--top-k", "1"]),
+                        ("nucleus", ["--temperature", "1.0", "--top-p", "0.9"])):
+        out = tmp_path / f"{name}.json"
+        r = CliRunner().invoke(app, ["proxy", *base, "--out", str(out), *extra])
+        assert r.exit_code == 0, r.output
+        runs[name] = json.loads(out.read_text())
+    for key in ("acc_per_block", "acc_per_draft"):
+        assert runs["top1"][key] == runs["greedy"][key]
+    assert (runs["nucleus"]["top_p"], runs["nucleus"]["top_k"]) == (0.9, 0)
+    assert 0 < runs["nucleus"]["acc_per_block"] <= runs["nucleus"]["draft_tokens"]

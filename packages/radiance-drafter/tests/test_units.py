@@ -14,6 +14,7 @@ from radiance_drafter.config import DrafterConfig, spread_layer_ids
 from radiance_drafter.export import dequantize_fp8_block, quantize_fp8_block
 from radiance_drafter.model import DFlashDrafter
 from radiance_drafter.prompts import Prompt, split_heldout
+from radiance_drafter.proxy import target_probs
 from radiance_drafter.served import aggregate, read_counters
 from radiance_kernels.formats import e4m3
 
@@ -193,3 +194,16 @@ def test_capture_server_args_and_refusals(tmp_path):
     assert kv["kv_connector_extra_config"]["shared_storage_path"] == "/hs" and "--no-enable-prefix-caching" in args
     with pytest.raises(ValueError, match="not reproducible"):
         capture([], tmp_path, tmp_path / "cap", (1,), Sampling(temperature=0.7), hidden_url="http://127.0.0.1:9")
+
+
+def test_target_probs_top_k_top_p():
+    """The verifier's distribution: temperature, then top-k, then the top-p nucleus, renormalised."""
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.allclose(target_probs(logits, 1.0), torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.allclose(target_probs(logits, 1.0, top_k=2), torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+    # mass before each token: 0, .5, .8, .95 -> top_p=.8 keeps the first two (0.8 is not short of 0.8)
+    assert torch.allclose(target_probs(logits, 1.0, top_p=0.8), torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+    assert torch.allclose(target_probs(logits, 1.0, top_p=0.81), torch.tensor([[0.5, 0.3, 0.15, 0.0]]) / 0.95)
+    assert torch.equal(target_probs(logits, 0.0, top_p=0.5), torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match="top_p"):
+        target_probs(logits, 1.0, top_p=0.0)

@@ -125,6 +125,8 @@ def train(init_dir: Path, capture_dir: Path, target: Path, out: Path, epochs: in
 @app.command()
 def proxy(drafter: Path, capture_dir: Path, target: Path, out: Path = None,
           temperature: float = typer.Option(None, help="default: the capture's sampling temperature"),
+          top_p: float = typer.Option(None, help="default: the capture's top-p"),
+          top_k: int = typer.Option(None, help="default: the capture's top-k"),
           seed: int = 0, device: str = "cpu", threads: int = 0):
     """Offline proxy: prefix-expected accepted tokens per block on a (held-out) capture."""
     from radiance_drafter.capture import CaptureSet
@@ -135,7 +137,8 @@ def proxy(drafter: Path, capture_dir: Path, target: Path, out: Path = None,
     data = CaptureSet(capture_dir)
     t = data.sampling.temperature if temperature is None else temperature
     r = offline_proxy(load_drafter(drafter).to(device), TargetHeads.from_target(target).to(device), data, t,
-                      seed=seed, device=device)
+                      seed=seed, device=device, top_p=data.sampling.top_p if top_p is None else top_p,
+                      top_k=data.sampling.top_k if top_k is None else top_k)
     r.update(drafter=str(drafter), capture=str(capture_dir))
     _table("offline proxy: accepted tokens per draft (decode walk) and per block (every anchor)", r,
            ("acc_per_draft", "acc_per_block"))

@@ -3,8 +3,9 @@
 For every anchor ``a`` of a held-out captured sequence with a full block after it, the drafter proposes
 ``d_k = argmax`` of its slot-k logits (vLLM's greedy draft sampling). Under rejection sampling with a
 one-hot draft, slot k is accepted with probability ``α_k = p_T(d_k | x_{<a+k})``, the target's
-temperature-T probability of the draft (at T = 0: 1 if ``d_k`` is the target's argmax, else 0); the
-target's logits are ``lm_head(final)`` from the capture; the prefix is the captured one.
+sampling probability of the draft (temperature T, then top-k / top-p as the verifier applies them; at
+T = 0: 1 if ``d_k`` is the target's argmax, else 0); the target's logits are ``lm_head(final)`` from
+the capture; the prefix is the captured one.
 
 Two averages are reported:
 - ``acc_per_block``: ``Σ_k Π_{j<=k} α_j`` averaged over *every* anchor (token-weighted);
@@ -26,10 +27,24 @@ from radiance_drafter.model import DFlashDrafter, TargetHeads
 from radiance_drafter.train import check_compatible, forward_blocks
 
 
-def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+def target_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
+    """The target's sampling distribution as the verifier applies it: temperature, then top-k (0: off), then
+    top-p (the smallest most-probable set whose mass reaches ``top_p``; 1: off), renormalised."""
+    if not 0 < top_p <= 1 or top_k < 0:
+        raise ValueError(f"proxy: top_p must be in (0, 1] and top_k >= 0, got {top_p}, {top_k}")
     if temperature <= 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    return torch.softmax(logits.float() / temperature, dim=-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_k or top_p < 1:
+        sorted_p, order = probs.sort(-1, descending=True)
+        keep = torch.ones_like(sorted_p, dtype=torch.bool)
+        if top_k:
+            keep[..., top_k:] = False
+        if top_p < 1:
+            keep &= (sorted_p.cumsum(-1) - sorted_p) < top_p  # the mass before a token is still short of top_p
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
 
 
 def _new(k: int) -> dict:
@@ -39,7 +54,8 @@ def _new(k: int) -> dict:
 
 @torch.no_grad()
 def offline_proxy(drafter: DFlashDrafter, heads: TargetHeads, data: CaptureSet, temperature: float,
-                  seed: int = 0, blocks_per_forward: int = 64, device: str = "cpu") -> dict:
+                  seed: int = 0, blocks_per_forward: int = 64, device: str = "cpu", top_p: float = 1.0,
+                  top_k: int = 0) -> dict:
     """Per-anchor and decode-walk acceptance, overall and per source (see module docstring)."""
     check_compatible(drafter, heads, data)
     k = drafter.cfg.num_draft_tokens
@@ -51,7 +67,7 @@ def offline_proxy(drafter: DFlashDrafter, heads: TargetHeads, data: CaptureSet, 
         anchors = torch.arange(max(s.n_prompt, 1), len(s.tokens) - k)
         if len(anchors) == 0:
             continue
-        p_t = target_probs(heads.logits(s.final.to(device)), temperature)
+        p_t = target_probs(heads.logits(s.final.to(device)), temperature, top_p, top_k)
         alphas = []
         for chunk in anchors.split(blocks_per_forward):
             logits, _ = forward_blocks(drafter, heads, [s], [chunk], device)
@@ -72,7 +88,7 @@ def offline_proxy(drafter: DFlashDrafter, heads: TargetHeads, data: CaptureSet, 
             r["walk_drafts"] += 1
             r["walk_accepted"] += accepted[j].item()
             j += accepted[j].item() + 1
-    return summarize(acc, temperature, k)
+    return {**summarize(acc, temperature, k), "top_p": top_p, "top_k": top_k}
 
 
 def summarize(acc: dict, temperature: float, k: int) -> dict:
