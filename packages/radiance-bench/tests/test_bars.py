@@ -1,0 +1,53 @@
+"""Issue-6 bar rows from a kernelbench run: ratios within one run, met flags, shortfall factors."""
+
+import json
+
+import pytest
+
+from radiance_bench.kernelbench import bars
+
+CEIL = {"copy_TBps": 2.0, "read_TBps": 4.0, "bf16_TFLOPs": 800.0, "fp8_TFLOPs": 1500.0}
+
+
+def run(rows):
+    return {"meta": {"gpu": "Test GPU"}, "ceilings": CEIL, "results": rows}
+
+
+def test_rows_and_shortfalls():
+    rows = [
+        {"section": "decode", "kernel": "w4a8 rot+gemm int4", "proj": "q", "M": 8, "best_us": 10.0, "weight_TBps": 1.0},
+        {"section": "decode", "kernel": "cuBLAS bf16", "proj": "q", "M": 8, "best_us": 40.0},
+        {"section": "decode", "kernel": "GemLite A16W4", "proj": "q", "M": 8, "best_us": 20.0},
+        {"section": "decode", "kernel": "w4a8 rot+gemm int4", "proj": "o", "M": 8, "error": "boom"},
+        {"section": "prefill_variants", "kernel": "w4a8 gemm int4 k32", "proj": "q", "M": 2048,
+         "frac_fp8_ceiling": 0.1},
+        {"section": "prefill_variants", "kernel": "w4a8 gemm int4 k64", "proj": "q", "M": 2048,
+         "frac_fp8_ceiling": 0.15},
+        {"section": "producer_variants", "kernel": "rotate_quant e4m3 group bm16w4", "M": 8192, "P": 1,
+         "frac_copy": 0.35},
+        {"section": "producer_variants", "kernel": "rotate_quant e4m3 group bm8w4", "M": 8192, "P": 1,
+         "frac_copy": 0.8},
+        {"section": "stack", "kernel": "64-layer served int4", "M": 8, "vs_limit": 2.5},
+    ]
+    out = {r["item"]: r for r in bars.check(run(rows), "x.json")}
+    dec = out["q M=8 w4a8 rot+gemm int4 vs cuBLAS bf16"]
+    assert dec["measured"] == 4.0 and dec["met"] and dec["short_by"] == 1.0
+    stream = out["q M=8 w4a8 rot+gemm int4, fraction of copy"]
+    assert stream["measured"] == 0.5 and not stream["met"] and stream["short_by"] == pytest.approx(1.8)
+    assert out["q M=8 w4a8 rot+gemm int4 vs GemLite A16W4"]["measured"] == 2.0
+    pre = [r for r in out.values() if r["bar"] == "prefill"]
+    assert len(pre) == 1 and pre[0]["measured"] == 0.15 and "k64" in pre[0]["item"]
+    prod = [r for r in out.values() if r["bar"] == "producer"]
+    assert len(prod) == 1 and prod[0]["met"] and "bm8w4" in prod[0]["item"]
+    stack = out["64-layer served int4 M=8, × weight-stream limit"]
+    assert not stack["met"] and stack["short_by"] == 2.0 and stack["at_most"]
+    assert not any("o M=8" in item for item in out)  # failed rows give no bar
+
+
+def test_cli_writes_summary(tmp_path):
+    src = tmp_path / "kb.json"
+    src.write_text(json.dumps(run([{"section": "stack", "kernel": "s", "M": 8, "vs_limit": 1.2}])))
+    out = tmp_path / "bars.json"
+    assert bars.main([str(out), str(src)]) == 0
+    data = json.loads(out.read_text())
+    assert data["summary"] == {"stack": {"rows": 1, "met": 1}}
