@@ -25,6 +25,7 @@ from triton.compiler import ASTSource
 
 from radiance_kernels.ops.mxfp4_gemm.triton import _mxfp4_kernel
 from radiance_kernels.ops.w4a8_gemm import triton as w4
+from radiance_kernels.ops.w4a8_gemm.gemv import _w4a8_gemv_kernel
 from radiance_kernels.ops.w4a8_gemm.reference import GROUP
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -97,6 +98,9 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
     if band == "decode":
         names |= {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE for ab in ("nodot", "noload")}
     for name in only or names:
+        if names[name].get("gemv"):
+            out += gemv_variants(name, names[name])
+            continue
         cfg = w4.config(16 if band == "decode" else 2048, 14336, 5120, band, False, names[name])
         split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
         tiles = dict(SPLIT=split, HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
@@ -113,6 +117,17 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
                         cfg["BN"] * GROUP))
         if not (cfg["swap"] or cfg["apre"] or ":" in name):  # mxfp4 has no swap / apre / ablate
             out.append((f"mxfp4 {band} {name}", _mxfp4_kernel, tiles, opts, cfg["BN"] * GROUP))
+    return out
+
+
+def gemv_variants(name: str, knobs: dict) -> list:
+    """The CUDA-core int8 decode kernel (:mod:`w4a8_gemm.gemv`) at M = 1, 8, 16."""
+    out = []
+    for M, bits in ((1, 4), (8, 4), (16, 4), (8, 5)):
+        cfg = w4.config(M, 14336, 5120, "decode", False, knobs)
+        ce = dict(BITS=bits, GROUP_AS=True, SPLIT=2, HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, PTX=True)
+        opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], maxnreg=None, int8=True)
+        out.append((f"w4a8 decode {name} M={M} int{bits} int8 group", _w4a8_gemv_kernel, ce, opts, cfg["BN"] * GROUP))
     return out
 
 

@@ -25,9 +25,18 @@ def test_best_config_per_measured_m():
             row("prefill_variants", "k64", 2048, 100.0), row("prefill_variants", "k32", 2048, 130.0)]
     table = tune.build([run(rows)], ["x.json"])
     assert table["gpu"] == "Test GPU 9"
-    assert table["w4a8_gemm"]["decode"] == [{"N": 256, "K": 512, "M_max": 1, "config": "nib8"},
-                                            {"N": 256, "K": 512, "M_max": 8, "config": "nib8x"}]
-    assert table["w4a8_gemm"]["prefill"] == [{"N": 256, "K": 512, "M_max": 2048, "config": "k64"}]
+    e4 = {"N": 256, "K": 512, "act": "e4m3", "bits": 4}
+    assert table["w4a8_gemm"]["decode"] == [{**e4, "M_max": 1, "config": "nib8"}, {**e4, "M_max": 8, "config": "nib8x"}]
+    assert table["w4a8_gemm"]["prefill"] == [{**e4, "M_max": 2048, "config": "k64"}]
+
+
+def test_activation_element_and_bits_are_separate_keys():
+    """int8 / int5 rows of the same shape and M get their own entries (their winners differ)."""
+    rows = [row("decode_variants", "nib8", 8, 9.0), row("decode_variants", "gemv", 8, 4.0, act="int8"),
+            row("decode_variants", "nib8x", 8, 8.0, act="int8"),
+            {**row("decode_variants", "nib8p", 8, 11.0, bits=5), "kernel": "w4a8 gemm int5 nib8p"}]
+    got = {(e["act"], e["bits"]): e["config"] for e in tune.build([run(rows)], [])["w4a8_gemm"]["decode"]}
+    assert got == {("e4m3", 4): "nib8", ("int8", 4): "gemv", ("e4m3", 5): "nib8p"}
 
 
 def test_refuses_mixed_gpus_and_empty_input(tmp_path):

@@ -33,6 +33,15 @@ def test_pick_by_shape_and_m_range(tables):
     assert tuned.pick("Other GPU", "w4a8_gemm", "decode", 1, 256, 512) is None  # no table
 
 
+def test_pick_by_activation_element_and_bits(tables):
+    """Entries without act / bits are e4m3 int4 (the first tables); int8 / int5 look up their own."""
+    write(tables, [{"N": 256, "K": 512, "M_max": None, "config": "nib8w"},
+                   {"N": 256, "K": 512, "M_max": None, "config": "gemv", "act": "int8", "bits": 4},
+                   {"N": 256, "K": 512, "M_max": None, "config": "nib8p", "act": "e4m3", "bits": 5}])
+    pick = lambda act, bits: tuned.pick("Test GPU 9", "w4a8_gemm", "decode", 8, 256, 512, act, bits)  # noqa: E731
+    assert (pick("e4m3", 4), pick("int8", 4), pick("e4m3", 5), pick("int8", 5)) == ("nib8w", "gemv", "nib8p", None)
+
+
 def test_unknown_config_name_fails_loudly(tables):
     write(tables, [{"N": 256, "K": 512, "M_max": None, "config": "renamed"}])
     with pytest.raises(ValueError, match="renamed"):

@@ -143,6 +143,50 @@ def test_decode_configs(name, bits, elem, grouped, zpe, device):
     assert r <= REL and mx <= 4 * REL, (r, mx)
 
 
+@pytest.mark.parametrize("name,bits,grouped,M,N", [("gemv", 4, False, 1, 512), ("gemv", 5, True, 16, 384),
+                                                     ("gemv128", 4, True, 5, 384), ("gemv512", 5, False, 3, 512)])
+def test_gemv_configs(name, bits, grouped, M, N, device):
+    """The CUDA-core int8 decode kernel at 3 splits, P = 2, ragged N (clamped loads, masked stores) ==
+    reference: exact integer dot products, so only the fp32 fold order differs."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    P, K, bounds = 2, 384, [0, 128, N]
+    A, AS, RS, _ = acts(P, M, K, "int8", grouped, seed=M, device=device)
+    w = prepare_codes(*weights(K, N, bits, device=device), bits)
+    ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
+    out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device=device)
+    impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[name], "splits": 3})
+    r, mx = gemm_error(out[:M], ref)
+    assert r <= REL and mx <= 4 * REL, (r, mx)
+    assert torch.all(out[M:] == 5.0)
+
+
+def test_int8_decode_runs_gemv_by_default(monkeypatch, device):
+    """int8 activations at M <= GEMV_MAX_M take the gemv kernel with no cfg; M above it the MMA kernel."""
+    from radiance_kernels.ops.w4a8_gemm import gemv
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    launched = []
+
+    class Spy:
+        def __init__(self, kernel):
+            self.kernel, self.arg_names = kernel, kernel.arg_names
+
+        def __getitem__(self, grid):
+            launched.append(self.kernel.fn.__name__)
+            return self.kernel[grid]
+
+    monkeypatch.setattr(gemv, "_w4a8_gemv_kernel", Spy(gemv._w4a8_gemv_kernel))
+    monkeypatch.setattr(impl, "_w4a8_kernel", Spy(impl._w4a8_kernel))
+    w = prepare_codes(*weights(256, 256, 4, device=device), 4)
+    for M in (impl.GEMV_MAX_M, impl.GEMV_MAX_M + 1):
+        A, AS, RS, _ = acts(1, M, 256, "int8", True, device=device)
+        r, _ = gemm_error(impl.gemm(A, AS, RS, w, [0, 256], True, "auto"),
+                          call(A, AS, RS, w, [0, 256], True, "auto", "reference"))
+        assert r <= REL
+    assert launched == ["_w4a8_gemv_kernel", "_w4a8_kernel"]
+
+
 def test_config_knobs_raise():
     """swap / ablate need the nib8 loop; an unknown ablation is named."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
@@ -155,6 +199,19 @@ def test_config_knobs_raise():
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["swap"], "ablate": "nomma"})
     with pytest.raises(ValueError, match="BM == 16"):
         impl.config(40, 512, 384, "decode", True, {**impl.DECODE["swap"], "ablate": "nodot"})
+    with pytest.raises(ValueError, match="gemv is a decode kernel for M <= 16"):
+        impl.config(17, 512, 384, "decode", True, impl.DECODE["gemv"])
+    with pytest.raises(ValueError, match="gemv has no dot16"):
+        impl.config(8, 512, 384, "decode", True, {**impl.DECODE["gemv"], "nib8": True})
+
+
+def test_gemv_needs_int8_activations(device):
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    A, AS, RS, _ = acts(1, 4, 256, "e4m3", True, device=device)
+    w = prepare_codes(*weights(256, 256, 4, device=device), 4)
+    with pytest.raises(ValueError, match="int8 activations only"):
+        impl.gemm(A, AS, RS, w, [0, 256], False, "decode", cfg=impl.DECODE["gemv"])
 
 
 @pytest.mark.parametrize("name,ablate", [("nib8x", "nodot"), ("swap", "noload")])

@@ -45,12 +45,18 @@ def activations(M: int, K: int, seed: int) -> torch.Tensor:
     return torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16)
 
 
+def w4a8_gemm(wt: W4Weight, A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, zpe: bool = False,
+              band: str = "auto") -> torch.Tensor:
+    """The W4A8 GEMM launch on quantised activations ``(A, AS, RS)``."""
+    return torch.ops.radiance.w4a8_gemm(A, AS, RS, wt.w.wq, wt.w.wh, wt.w.sz, wt.bounds, wt.w.bits, zpe, band,
+                                        "triton")
+
+
 def w4a8_linear(x: torch.Tensor, wt: W4Weight, elem: str = "e4m3", gran: str = "group", zpe: bool = False,
                 band: str = "auto"):
     """The served W4A8 linear: one rotate+quant launch (all partitions) + one GEMM launch."""
-    A, AS, RS = torch.ops.radiance.rotate_quant(x, wt.pairs, wt.theta, wt.cs, elem, gran, "triton")
-    return torch.ops.radiance.w4a8_gemm(A, AS, RS, wt.w.wq, wt.w.wh, wt.w.sz, wt.bounds, wt.w.bits, zpe,
-                                        band, "triton")
+    pre = torch.ops.radiance.rotate_quant(x, wt.pairs, wt.theta, wt.cs, elem, gran, "triton")
+    return w4a8_gemm(wt, *pre, zpe, band)
 
 
 #: The stream producer that makes each projection's input in a served 27B-class layer (Qwen3-Next:
@@ -59,15 +65,15 @@ PRODUCER_OF = {"attn.qkv": "add_rms_gemma", "mlp.gate_up": "add_rms_gemma", "gdn
                "attn.o_proj": "sigmoid_gate", "mlp.down": "silu_mul", "gdn.out_proj": "gated_rms_norm"}
 
 
-def producer_calls(proj_name: str, M: int, K: int, seed: int, wt: W4Weight):
+def producer_calls(proj_name: str, M: int, K: int, seed: int, wt: W4Weight, elem: str = "e4m3"):
     """(fused, plain) calls of ``proj_name``'s producer on fresh inputs. The fused one ends in ``wt``'s
-    rotate+quant (e4m3, per-group) and returns (A, AS, RS); the plain one is the same producer without
+    rotate+quant (``elem``, per-group) and returns (A, AS, RS); the plain one is the same producer without
     it, returning the linear's bf16 input — what an unrotated bf16 layer runs anyway, so
     ``fused - plain`` is what the rotation costs."""
     kind = PRODUCER_OF[proj_name]
     x, y = activations(M, K, seed), activations(M, K, seed + 1)
     ops = torch.ops.radiance
-    rot = (wt.pairs, wt.theta, wt.cs, "e4m3", "group", "triton")
+    rot = (wt.pairs, wt.theta, wt.cs, elem, "group", "triton")
     if kind == "add_rms_gemma":
         weight = activations(1, K, seed + 2)[0]
         return (lambda: ops.add_rms_norm_rotate_quant(x, y, weight, 1e-6, True, *rot)[2:],

@@ -20,7 +20,7 @@ import torch
 
 from radiance_bench.kernelbench import ceilings, peers, variants
 from radiance_bench.kernelbench import producer_variants as pv
-from radiance_bench.kernelbench.cases import PRODUCER_OF, activations, producer_calls, w4_weight, w4a8_linear
+from radiance_bench.kernelbench.cases import PRODUCER_OF, activations, producer_calls, w4_weight, w4a8_gemm, w4a8_linear
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
 from radiance_kernels.shapes import projections
 
@@ -49,10 +49,9 @@ def _peer(results: list, section: str, name: str, build, flops: float, wbytes: i
     return _record(results, section, name, t, TFLOPs=flops / sec / 1e12, weight_TBps=wbytes / sec / 1e12, **meta)
 
 
-def _gemm_call(w, pre, zpe: bool):
+def _gemm_call(w, pre, zpe: bool = False):
     """The GEMM launch alone on pre-quantised activations ``pre = (A, AS, RS)``."""
-    return lambda: torch.ops.radiance.w4a8_gemm(*pre, w.w.wq, w.w.wh, w.w.sz, w.bounds, w.w.bits, zpe, "auto",
-                                                "triton")
+    return lambda: w4a8_gemm(w, *pre, zpe)
 
 
 def _linear_call(x, w, elem="e4m3", gran="group", zpe=False):
@@ -65,7 +64,9 @@ def _prologue(x, w, elem="e4m3", gran="group"):
 
 def decode(results: list, ceil: dict) -> None:
     """Decode band: the linear as rotate+quant launch + GEMM launch at M = 1..16, int4 everywhere, int5 and
-    the GEMM alone at M = 8; peers cuBLAS bf16 everywhere, GemLite at M = 8 on qkv / gate_up."""
+    the GEMM alone at M = 8, each with e4m3 per-group activations (the tensor-core kernel) and int8 per-group
+    ones (the seeds' production format; the CUDA-core gemv kernel at M <= 16); peers cuBLAS bf16
+    everywhere, GemLite at M = 8 on qkv / gate_up."""
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
             continue
@@ -75,14 +76,16 @@ def decode(results: list, ceil: dict) -> None:
             weights = [w4_weight(proj, bits, seed=i) for i in range(n)]
             for M in DECODE_M if bits == 4 else (8,):
                 x = activations(M, proj.K, seed=M)
-                variants = [("w4a8 rot+gemm", [_linear_call(x, w) for w in weights])]
-                if bits == 4 and M == 8:
-                    variants.append(("w4a8 gemm only", [_gemm_call(w, _prologue(x, w), False) for w in weights]))
-                for label, calls in variants:
-                    t = graph_time(calls)
-                    tbps = weights[0].nbytes / (t.best_us * 1e-6) / 1e12
-                    _record(results, "decode", f"{label} int{bits}", t, M=M, **meta0, weight_TBps=tbps,
-                            frac_copy=tbps / ceil["copy_TBps"], frac_read=tbps / ceil["read_TBps"])
+                for elem, suffix in (("e4m3", ""), ("int8", " int8-group")):
+                    variants = [("w4a8 rot+gemm", [_linear_call(x, w, elem) for w in weights])]
+                    if bits == 4 and M == 8:
+                        variants.append(("w4a8 gemm only", [_gemm_call(w, _prologue(x, w, elem)) for w in weights]))
+                    for label, calls in variants:
+                        t = graph_time(calls)
+                        tbps = weights[0].nbytes / (t.best_us * 1e-6) / 1e12
+                        _record(results, "decode", f"{label} int{bits}{suffix}", t, M=M, **meta0, act=elem,
+                                weight_TBps=tbps, frac_copy=tbps / ceil["copy_TBps"],
+                                frac_read=tbps / ceil["read_TBps"])
             del weights
         for M in DECODE_M:
             meta, fl = {**meta0, "M": M}, 2 * M * proj.N * proj.K
@@ -168,18 +171,19 @@ def producer(results: list, ceil: dict, M: int = 8192, K: int = 5120) -> None:
 
 def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
     """64 layers of the 27B-class linears at decode M, each variant one CUDA graph, against the weight
-    stream: "served" runs every linear as the served layer does (its fused stream producer, then the
-    GEMM; in_proj_ba by the skinny GEMM), "rot+gemm" a standalone rotate+quant launch instead of the
-    producer (session 1's row), "gemm only" the GEMMs on pre-quantised activations (ablation: the
+    stream: "served" runs every linear as the served layer does (its fused stream producer, then the GEMM;
+    in_proj_ba by the skinny GEMM) with e4m3 per-group activations, "served ... int8-group" the same with int8
+    per-group activations (the gemv kernel at M <= 16), "rot+gemm" a standalone rotate+quant launch instead of
+    the producer (session 1's row), "gemm only" the GEMMs on pre-quantised activations (ablation: the
     producers' share), and the peer "cuBLAS bf16" the unrotated bf16 layer (plain producers + cuBLAS)."""
-    served, rot_gemm, gemm_only, bf16, total, total_bf16 = [], [], [], [], 0, 0
+    served, served8, rot_gemm, gemm_only, bf16, total, total_bf16 = [], [], [], [], [], 0, 0
     for proj in projections(1):
         for layer in range(proj.count):
             x = activations(M, proj.K, layer)
             if proj.name == "gdn.in_proj_ba":
                 w = torch.randn(proj.N, proj.K, device="cuda").to(torch.bfloat16)
                 skinny = partial(torch.ops.radiance.skinny_gemm, x, w, "triton")
-                for calls in (served, rot_gemm, gemm_only):
+                for calls in (served, served8, rot_gemm, gemm_only):
                     calls.append(skinny)
                 bf16.append(partial(torch.matmul, x, w.t()))
                 total += w.numel() * 2
@@ -187,8 +191,9 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
                 continue
             w = w4_weight(proj, bits, seed=layer)
             fused, plain = producer_calls(proj.name, M, proj.K, layer, w)
-            served.append(lambda f=fused, w=w: torch.ops.radiance.w4a8_gemm(
-                *f(), w.w.wq, w.w.wh, w.w.sz, w.bounds, w.w.bits, False, "auto", "triton"))
+            served.append(lambda f=fused, w=w: w4a8_gemm(w, *f()))
+            fused8 = producer_calls(proj.name, M, proj.K, layer, w, "int8")[0]
+            served8.append(lambda f=fused8, w=w: w4a8_gemm(w, *f()))
             rot_gemm.append(_linear_call(x, w))
             gemm_only.append(_gemm_call(w, _prologue(x, w), False))
             wb = torch.randn(proj.N, proj.K, device="cuda").to(torch.bfloat16)
@@ -196,12 +201,12 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
             total += w.nbytes
             total_bf16 += wb.numel() * 2
     bw = max(ceil["copy_TBps"], ceil["read_TBps"]) * 1e12  # weights are only read
-    for label, calls, nbytes in (("served", served, total), ("rot+gemm", rot_gemm, total),
-                                 ("gemm only", gemm_only, total), ("cuBLAS bf16 + plain producers", bf16, total_bf16)):
+    for name, calls, nbytes in ((f"served int{bits}", served, total), (f"served int{bits} int8-group", served8, total),
+                                (f"rot+gemm int{bits}", rot_gemm, total), (f"gemm only int{bits}", gemm_only, total),
+                                ("cuBLAS bf16 + plain producers", bf16, total_bf16)):
         t = graph_time([lambda calls=calls: [c() for c in calls]], reps=5, min_calls=1)
         limit_us = nbytes / bw * 1e6  # this row's own weight-stream limit
-        name = f"64-layer {label}" + ("" if label.startswith("cuBLAS") else f" int{bits}")
-        _record(results, "stack", name, t, M=M,
+        _record(results, "stack", f"64-layer {name}", t, M=M,
                 weight_bytes=nbytes, limit_us=limit_us, vs_limit=t.best_us / limit_us,
                 weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12)
 

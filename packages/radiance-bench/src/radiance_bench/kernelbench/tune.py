@@ -1,11 +1,11 @@
 """``python -m radiance_bench.kernelbench.tune OUT.json kb-decode_variants.json [kb-prefill_variants.json ...]``:
 the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) from A/B bench results.
 
-For every (band, N, K, M) measured, the config with the best time wins (ablation and failed rows are
-skipped); each measured M of a shape serves the M above the previous measured one up to itself
-(``M_max``); larger M than any measured run the band's default. The table names the GPU and the
-source files; it is written atomically. Put it at
-``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json`` to make serving use it.
+For every (band, N, K, M, activation element, weight bits) measured, the config with the best time wins
+(ablation and failed rows are skipped); each measured M of a shape serves the M above the previous measured
+one up to itself (``M_max``); larger M than any measured run the band's default. The table names the GPU and
+the source files; it is written atomically. Put it at ``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json``
+to make serving use it.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from collections import defaultdict
 from pathlib import Path
 
 from radiance_kernels.ops.w4a8_gemm.tuned import gpu_key
 
 SECTIONS = {"decode_variants": "decode", "prefill_variants": "prefill"}
-PREFIX = "w4a8 gemm int4 "
+KERNEL = re.compile(r"w4a8 gemm int[45] (\S+)$")
 
 
 def build(runs: list[dict], sources: list[str]) -> dict:
@@ -31,21 +32,21 @@ def build(runs: list[dict], sources: list[str]) -> dict:
     for run in runs:
         for row in run["results"]:
             band = SECTIONS.get(row.get("section"))
-            if band is None or "error" in row or row.get("ablation") or "ablat" in row["kernel"] \
-                    or not row["kernel"].startswith(PREFIX):
+            name = KERNEL.match(row["kernel"])
+            if band is None or "error" in row or row.get("ablation") or name is None or ":" in name[1]:
                 continue
-            key = (band, row["N"], row["K"], row["M"])
-            cand = (row["best_us"], row["kernel"][len(PREFIX):])
+            key = (band, row["N"], row["K"], row.get("act", "e4m3"), row.get("bits", 4), row["M"])
+            cand = (row["best_us"], name[1])
             best[key] = min(best.get(key, cand), cand)
     if not best:
         raise ValueError("tune: no decode_variants / prefill_variants rows in the inputs")
     shapes: dict[tuple, list] = defaultdict(list)
-    for (band, N, K, M), (_, name) in sorted(best.items()):
-        shapes[band, N, K].append((M, name))
+    for (band, N, K, act, bits, M), (_, name) in sorted(best.items()):
+        shapes[band, N, K, act, bits].append((M, name))
     table: dict = {"gpu": gpus.pop(), "source": sources, "w4a8_gemm": defaultdict(list)}
-    for (band, N, K), points in shapes.items():
+    for (band, N, K, act, bits), points in shapes.items():
         for M, name in points:
-            table["w4a8_gemm"][band].append({"N": N, "K": K, "M_max": M, "config": name})
+            table["w4a8_gemm"][band].append({"N": N, "K": K, "act": act, "bits": bits, "M_max": M, "config": name})
     return table
 
 

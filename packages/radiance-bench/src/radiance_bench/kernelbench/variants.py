@@ -1,6 +1,7 @@
 """A/B sections: the W4A8 GEMM's named tile configs side by side in one process.
 
-``decode_variants``: every config of ``w4a8_gemm.triton.DECODE`` at M = 1, 8, 16 on each TP=1 shape, then
+``decode_variants``: every config of ``w4a8_gemm.triton.DECODE`` at M = 1, 8, 16 on each TP=1 shape (the
+gemv configs with int8 activations, rows marked ``act``), then
 the ablation rows ``"<config>:nodot"`` (loads + unpack, no MMA) and ``"<config>:noload"`` (unpack + MMA, no
 weight loads) for :data:`ABLATE_CONFIGS` — what limits a config, by removing one part; their outputs are
 wrong by design, so their ``rel_vs_first`` is not a check (``ablation`` = True on those rows);
@@ -23,6 +24,7 @@ from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
 ABLATE_CONFIGS = ("nib8x", "nib8xpr", "swap")
+INT8_MMA = "nib8xpr"  # int8 activations on it run the tensor-core int8 loop: the gemv configs' reference
 PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
 
 
@@ -69,18 +71,25 @@ def pick(configs: dict, names: list[str] | None) -> dict:
 
 def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DECODE_M,
                     names: list[str] | None = None) -> None:
+    """e4m3 per-group activations on every tensor-core config (+ ablations); int8 per-group activations on
+    the gemv configs (M <= GEMV_MAX_M) and, as their tensor-core reference, on :data:`INT8_MMA`."""
     ablations = {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE_CONFIGS for ab in ("nodot", "noload")}
     configs = pick(w4.DECODE | ablations, names)
+    by_act = {"e4m3": {n: c for n, c in configs.items() if not c["gemv"]},
+              "int8": {n: c for n, c in configs.items() if c["gemv"] or n == INT8_MMA}}
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
             continue
         weights = [w4_weight(proj, 4, seed=i) for i in range(copies_needed(w4_weight(proj, 4, 0).nbytes))]
         for M in ms:
             x = activations(M, proj.K, seed=M)
-            pres = [_pre(x, wt) for wt in weights]
-            meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
-            _rows(record, results, "decode_variants", configs, "decode", weights, pres,
-                  2 * M * proj.N * proj.K, meta, ceil, 64)
+            for act, named in by_act.items():
+                if act == "int8" and M > w4.GEMV_MAX_M:
+                    named = {n: c for n, c in named.items() if not c["gemv"]}
+                if named:
+                    meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K, "act": act}
+                    _rows(record, results, "decode_variants", named, "decode", weights,
+                          [_pre(x, wt, act) for wt in weights], 2 * M * proj.N * proj.K, meta, ceil, 64)
         del weights
 
 

@@ -21,7 +21,8 @@ words, which then load straight into the mma operand layout). ``swap`` (swap-AB,
 activations take the non-swapped loop) runs the nib8 loop transposed, ``outT [BN, BM] = (q - off) · aT``:
 the register-unpacked weights are the MMA's M side (sm_90: wgmma, A from registers, N = the 16-token
 tile), the acc is transposed back before the epilogue. int8 activations: int8 x int8 dot. ``ablate``
-(bench only) removes the MMA or the DRAM weight stream from the nib8 loop (:data:`DECODE`).
+(bench only) removes the MMA or the DRAM weight stream from the nib8 loop (:data:`DECODE`). int8
+activations at M <= 16 run a separate CUDA-core kernel by default (:mod:`.gemv`, the "gemv" configs).
 Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90, no GPU needed).
 """
 
@@ -322,6 +323,10 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr" capped at 168 registers
 #: (3 programs per SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126 registers with
 #: 3.6: 4 per SM; 214 with 3.7.1).
+#: "gemv" / "gemv128" / "gemv512" (int8 activations, M <= GEMV_MAX_M; the default there): no MMA — the
+#: CUDA-core kernel of :mod:`.gemv`, 4-way byte dot products on BN columns x all tokens (ptxas sm_90, M=8:
+#: 168 registers, no spill, 0.139 warp-instructions per weight vs nib8xpr's 0.116 — but no barriers and
+#: no operand staging in its loop).
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
@@ -329,7 +334,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
-    return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None) | knobs
+    return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
+                gemv=False) | knobs
 
 
 DECODE = {
@@ -342,7 +348,13 @@ DECODE = {
     "nib8xpr": _loop(BN=256, num_warps=4, num_stages=3, apre=True, maxnreg=168),
     "nib8p": _loop(BN=128, num_warps=4, num_stages=4, apre=True),
     "swap": _loop(BN=128, num_warps=4, num_stages=3, swap=True, apre=True),
+    "gemv": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
+    "gemv128": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
+    "gemv512": _loop(BN=512, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
 }
+#: int8 activations at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default.
+GEMV_MAX_M = 16
+DECODE_INT8_DEFAULT = "gemv"
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
 #: H200 call 6 (Triton 3.6, int4, e4m3 per-group, M=8, us; nib8x / nib8xpr): qkv 42.4 / 28.5, o_proj
 #: 27.0 / 21.0, gate_up 86.8 / 65.5, down 54.8 / 36.9 — best or within 9 % of the best config on every
@@ -360,7 +372,7 @@ PREFILL = {
 }
 PREFILL_DEFAULT = "k64"  # H200 call 5: 1.36-1.39x k32 at M=2048, bit-identical output
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8", "swap",
-         "ablate", "maxnreg", "apre"}
+         "ablate", "maxnreg", "apre", "gemv"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -397,15 +409,22 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[PREFILL_DEFAULT])
     base = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False)
+                apre=False, gemv=False)
     cfg = base | cfg | override
+    if cfg["gemv"]:
+        if band != "decode" or M > GEMV_MAX_M:
+            raise ValueError(f"w4a8_gemm config: gemv is a decode kernel for M <= {GEMV_MAX_M}, got {band} M={M}")
+        if cfg["dot16"] or cfg["nib8"] or cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none":
+            raise ValueError("w4a8_gemm config: gemv has no dot16 / nib8 / swap / apre / ablate (no MMA)")
+        cfg["BM"] = _pow2_at_least(M, 1)  # tokens are registers here: no 16-row MMA tile
+        cfg["BN"] = min(cfg["BN"], max(128, 2048 // cfg["BM"]))  # ptxas sm_90: BM=16 x 256 spills
     if cfg["ablate"] not in ABLATIONS:
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
     if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
         raise ValueError("w4a8_gemm config: swap / apre / ablate act on the nib8 loop and need dot16=True, nib8=True")
     if cfg["ablate"] != "none" and cfg["BM"] != 16:
         raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
-    if band == "decode":  # BM x BN <= 4096: at BM=64 a 128-wide tile spills ~800 B (ptxas sm_90)
+    if band == "decode" and not cfg["gemv"]:  # BM x BN <= 4096: at BM=64 a 128-wide tile spills ~800 B (ptxas)
         cfg["BN"] = min(cfg["BN"], max(64, 4096 // cfg["BM"]))
     if "splits" not in cfg:
         tiles = triton.cdiv(N, cfg["BN"]) * triton.cdiv(M, cfg["BM"])
@@ -427,10 +446,12 @@ def resolve_band(band: str, M: int, op: str) -> str:
 
 
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
-           tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, **constexprs) -> torch.Tensor:
+           tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, gemv=None,
+           **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, ws, out, cnt, M, N, K, b1, b2, stride_om,
     groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` where the kernel has it);
-    ``cfg`` overrides the tile config, ``decode`` names the decode default (:func:`config`)."""
+    ``cfg`` overrides the tile config, ``decode`` names the decode default (:func:`config`); a ``gemv``
+    config runs the op's CUDA-core kernel ``gemv`` (same arguments up to BK, ``BITS`` / ``GROUP_AS``)."""
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError(f"{op}: the triton backend needs contiguous weights (prepare() output, unsliced)")
     if out is None:
@@ -445,9 +466,14 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     interp = triton_interpreted()
     band = resolve_band(band, M, op)
     if cfg is None and not interp and torch.device(device).type == "cuda":  # the GPU's committed A/B winner
-        name = tuned.pick(torch.cuda.get_device_name(device), op, band, M, N, K)
+        act = "int8" if constexprs.get("INT8") else "e4m3"
+        name = tuned.pick(torch.cuda.get_device_name(device), op, band, M, N, K, act, constexprs.get("BITS", 4))
         cfg = None if name is None else (DECODE if band == "decode" else PREFILL)[name]
     cfg = config(M, N, K, band, interp, cfg, decode)
+    if cfg["gemv"]:
+        if gemv is None:
+            raise ValueError(f"{op}: no gemv kernel for these inputs (int8 activations only)")
+        kernel, has_dot16 = gemv, False
     if cfg["reduce"] not in ("host", "kernel"):
         raise ValueError(f"{op}: reduce must be 'host' or 'kernel', got {cfg['reduce']!r}")
     bn = _block_n(bounds, cfg["BN"])
@@ -461,9 +487,14 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if has_dot16:
         constexprs.update(DOT16=cfg["dot16"], NIB8=cfg["nib8"], SWAP=cfg["swap"], ABLATE=ABLATIONS[cfg["ablate"]],
                           APRE=cfg["apre"])
+    if cfg["gemv"]:
+        constexprs = {k: constexprs[k] for k in ("BITS", "GROUP_AS")}
+        constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
+    else:
+        constexprs.update(KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
     kernel[(tiles, cfg["splits"])](
         *tensors, ws, out, cnt, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
-        SPLIT=split, HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"],
+        SPLIT=split, HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **constexprs,
     )
     if split == 1:
@@ -476,9 +507,14 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
     """Triton W4A8/W5A8 GEMM → bf16 [M, N] (or rows < M of ``out``); ``cfg`` overrides :func:`config`."""
     P, M, K, N, grouped = check_inputs(A, AS, RS, w, bounds, "w4a8_gemm")
     wh = w.wh if w.bits == 5 else w.wq  # unused pointer for int4
+    from radiance_kernels.ops.w4a8_gemm.gemv import _w4a8_gemv_kernel  # it imports this module's tile helpers
+
+    int8 = A.dtype == torch.int8
     return launch(
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
         (A.contiguous(), AS.contiguous(), RS.contiguous(), w.wq, wh, w.sz), cfg,
-        BITS=w.bits, INT8=A.dtype == torch.int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
+        gemv=_w4a8_gemv_kernel if int8 else None,
+        decode=DECODE_INT8_DEFAULT if int8 and M <= GEMV_MAX_M else DECODE_DEFAULT,
+        BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )

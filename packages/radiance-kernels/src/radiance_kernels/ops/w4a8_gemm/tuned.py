@@ -8,11 +8,12 @@ on that GPU for each (N, K) and M range::
      "w4a8_gemm": {"decode": [{"N": 14336, "K": 5120, "M_max": 1, "config": "nib8x"}, ...],
                    "prefill": [...]}}
 
-An entry serves ``M <= M_max`` (``null``: any M) for its exact (N, K); the first match in ascending
-``M_max`` wins. A GPU, op, band or shape without an entry runs the band's named default. The table is
-written by ``python -m radiance_bench.kernelbench.tune`` from ``decode_variants`` / ``prefill_variants``
-results; names it holds are checked against the kernel's configs when it loads (a renamed config fails
-loudly, not by falling back).
+An entry serves ``M <= M_max`` (``null``: any M) for its exact (N, K) and its activation element ``act``
+("e4m3" / "int8") and weight ``bits`` (4 / 5) — absent keys mean e4m3 and 4, the formats the first tables were
+measured in; the first match in ascending ``M_max`` wins. A GPU, op, band or shape without an entry runs the
+band's named default. The table is written by ``python -m radiance_bench.kernelbench.tune`` from
+``decode_variants`` / ``prefill_variants`` results; names it holds are checked against the kernel's configs
+when it loads (a renamed config fails loudly, not by falling back).
 """
 
 from __future__ import annotations
@@ -47,14 +48,16 @@ def table(gpu: str) -> dict:
             if band not in names:
                 raise ValueError(f"{path}: {op} band {band!r} is not one of {sorted(names)}")
             for e in entries:
-                if e.keys() != {"N", "K", "M_max", "config"} or e["config"] not in names[band]:
-                    raise ValueError(f"{path}: {op} {band} entry {e} must have keys N, K, M_max, config "
-                                     f"with config one of {sorted(names[band])}")
+                if not {"N", "K", "M_max", "config"} <= e.keys() <= {"N", "K", "M_max", "config", "act", "bits"} \
+                        or e["config"] not in names[band]:
+                    raise ValueError(f"{path}: {op} {band} entry {e} must have keys N, K, M_max, config (and "
+                                     f"optionally act, bits) with config one of {sorted(names[band])}")
     return data
 
 
-def pick(gpu: str, op: str, band: str, M: int, N: int, K: int) -> str | None:
+def pick(gpu: str, op: str, band: str, M: int, N: int, K: int, act: str = "e4m3", bits: int = 4) -> str | None:
     """The tuned config name for this GEMM on ``gpu``, or None (run the band's default)."""
-    entries = [e for e in table(gpu).get(op, {}).get(band, []) if e["N"] == N and e["K"] == K]
+    entries = [e for e in table(gpu).get(op, {}).get(band, [])
+               if (e["N"], e["K"], e.get("act", "e4m3"), e.get("bits", 4)) == (N, K, act, bits)]
     entries.sort(key=lambda e: float("inf") if e["M_max"] is None else e["M_max"])
     return next((e["config"] for e in entries if e["M_max"] is None or e["M_max"] >= M), None)

@@ -1,0 +1,120 @@
+"""Decode W4A8 / W5A8 GEMM for int8 activations on the CUDA cores: 4-way int8 dot products, no MMA.
+
+At M <= 16 a tensor-core tile wastes most of its rows and stages both operands through layout
+conversions; with int8 activations the whole product is integer, so each weight word is unpacked once
+into two words of four unsigned bytes and multiplied into the M tokens' activation words by a 4-way
+byte dot product (``dp4a`` on NVIDIA; the plain-Triton twin :func:`dot4_sw` elsewhere and under the
+interpreter). Math (:mod:`.reference`, with the unsigned code ``q`` and ``z = d + off``)::
+
+    t[m, n]    = sum_{k in g} a[m, k] * q[k, n]          (int32, exact: |t| < 2^20)
+    acc[m, n] += as(m, g) * (s[g, n] * t  -  s[g, n] * z[g, n] * RS[m, g])
+
+Layout: word ``wq[16 g + i, n]`` holds nibbles ``q[128 g + 8 i + j]``, j = 0..7; its even nibbles
+(``w & 0x0F0F0F0F``) and odd ones (``(w >> 4) & 0x0F0F0F0F``) are byte-interleaved into ``lo`` = bytes
+``q[8i .. 8i+3]`` and ``hi`` = ``q[8i+4 .. 8i+7]`` (one ``prmt`` each), which meet the activation words
+``A32[m, 32 g + 2 i]`` and ``A32[m, 32 g + 2 i + 1]`` (``A`` int8 [P, M, K] read as int32 [P, M, K/4]).
+int5: bit 4 of ``q[8i + j]`` is bit ``8 (i % 4) + j`` of ``wh[4 g + i // 4]``; four such bits go to the
+four bytes' bit 4 by one multiply (``(x * 0x204081) & 0x01010101``: copies at shifts 0/7/14/21 never
+collide). Program: ``BN`` columns x all ``BM`` tokens over its split's groups; splits as the tensor-core
+decode band (partials summed in split order by the tile's last program, :func:`.triton.store_tile`).
+The ZPE flag is moot here: the zero-point term is folded in the loop at no extra pass.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from radiance_kernels.ops.w4a8_gemm.triton import NO_SPECIALIZE, store_tile, tile_setup
+
+
+@triton.jit
+def dot4_sw(a, w, acc):
+    """``acc + sum_b int8(a.byte[b]) * uint8(w.byte[b])`` in plain integer ops (int32 tensors)."""
+    for b in tl.static_range(4):
+        acc += ((a << (24 - 8 * b)) >> 24) * ((w >> (8 * b)) & 0xFF)
+    return acc
+
+
+@triton.jit
+def dot4(a, w, acc, PTX: tl.constexpr):
+    """4-way int8 dot product accumulate (``w``'s bytes are < 128, so signed x signed is exact)."""
+    if PTX:
+        r = tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, w, acc], dtype=tl.int32,
+                                      is_pure=True, pack=1)
+    else:
+        r = dot4_sw(a, w, acc)
+    return r
+
+
+@triton.jit
+def nibble_bytes(w, PTX: tl.constexpr):
+    """Word of 8 nibbles q0..q7 → (bytes q0..q3, bytes q4..q7): even nibbles ``e`` and odd ``o`` (one mask
+    each) byte-interleaved, (e.b0, o.b0, e.b1, o.b1) and (e.b2, o.b2, e.b3, o.b3) (``prmt`` on NVIDIA)."""
+    e = w & 0x0F0F0F0F
+    o = (w >> 4) & 0x0F0F0F0F
+    if PTX:
+        lo = tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x5140;", "=r,r,r", [e, o], dtype=tl.int32,
+                                       is_pure=True, pack=1)
+        hi = tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x7362;", "=r,r,r", [e, o], dtype=tl.int32,
+                                       is_pure=True, pack=1)
+    else:
+        lo = (e & 0xFF) | ((o & 0xFF) << 8) | ((e & 0xFF00) << 8) | ((o & 0xFF00) << 16)
+        e = e >> 16
+        o = o >> 16
+        hi = (e & 0xFF) | ((o & 0xFF) << 8) | ((e & 0xFF00) << 8) | ((o & 0xFF00) << 16)
+    return lo, hi
+
+
+@triton.jit
+def spread4(x):
+    """Bits 0..3 of ``x`` to bit 4 of bytes 0..3."""
+    return ((x * 0x204081) & 0x01010101) << 4
+
+
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
+def _w4a8_gemv_kernel(
+    a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, ws_ptr, out_ptr, cnt_ptr,
+    M, N, K, b1, b2, stride_om, groups_per_split,
+    BITS: tl.constexpr, GROUP_AS: tl.constexpr, SPLIT: tl.constexpr, HW: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PTX: tl.constexpr,
+):
+    part, offs_m, offs_n, mask_m, mask_n, g_lo, g_hi = tile_setup(M, N, K, b1, b2, groups_per_split, BM, BN, BK, 1)
+    G = K // BK
+    rows = tl.minimum(offs_m, M - 1)  # clamped, so the loop's loads need no masks (stores are masked)
+    cols = tl.minimum(offs_n, N - 1)[None, :]
+    a_ptr = a_ptr.to(tl.pointer_type(tl.int64))  # int8 [P, M, K] read as [P, M, K/8] 8-byte words
+    a_rows = a_ptr + part.to(tl.int64) * M * (K // 8) + rows.to(tl.int64) * (K // 8)
+    rs_rows = rs_ptr + part * M * G + rows * G
+    if GROUP_AS:
+        as_rows = as_ptr + part * M * G + rows * G
+    else:
+        as_rows = as_ptr + part * M + rows
+    OFF: tl.constexpr = 1 << (BITS - 1)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for g in range(g_lo, g_hi):
+        t = tl.zeros((BM, BN), dtype=tl.int32)
+        for i in tl.static_range(BK // 8):
+            w = tl.load(wq_ptr + (g * (BK // 8) + i) * N + cols)
+            lo, hi = nibble_bytes(w, PTX)
+            if BITS == 5:
+                if i % 4 == 0:
+                    h5 = tl.load(wh_ptr + (g * (BK // 32) + i // 4) * N + cols)
+                x = h5 >> (8 * (i % 4))
+                lo |= spread4(x & 15)
+                hi |= spread4((x >> 4) & 15)
+            a = tl.load(a_rows + g * (BK // 8) + i)[:, None]  # words 2i, 2i+1
+            t = dot4(a.to(tl.int32), lo, t, PTX)
+            t = dot4((a >> 32).to(tl.int32), hi, t, PTX)
+        sz = tl.load(sz_ptr + g * N + cols)
+        s = (sz & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        sz0 = s * ((sz >> 16) + OFF).to(tl.float32)
+        rs = tl.load(rs_rows + g)
+        contrib = t.to(tl.float32) * s - rs[:, None] * sz0
+        if GROUP_AS:
+            acc += tl.load(as_rows + g)[:, None] * contrib
+        else:
+            acc += contrib
+    if not GROUP_AS:
+        acc *= tl.load(as_rows)[:, None]
+    store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om, SPLIT, not HW)
