@@ -323,10 +323,11 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr" capped at 168 registers
 #: (3 programs per SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126 registers with
 #: 3.6: 4 per SM; 214 with 3.7.1).
-#: "gemv" / "gemv128" / "gemv512" (int8 activations, M <= GEMV_MAX_M; the default there): no MMA — the
-#: CUDA-core kernel of :mod:`.gemv`, 4-way byte dot products on BN columns x all tokens (ptxas sm_90, M=8:
-#: 168 registers, no spill, 0.139 warp-instructions per weight vs nib8xpr's 0.116 — but no barriers and
-#: no operand staging in its loop).
+#: "gemv" / "gemv256" / "gemv1k" (int8 activations, M <= GEMV_BM_MAX; "gemv" the default at M <=
+#: GEMV_MAX_M): no MMA — the CUDA-core kernel of :mod:`.gemv`, 4-way byte dot products on BN columns x all
+#: tokens (ptxas sm_90, M=1: 40 registers, 0.047 warp-instructions per weight; no barriers and no operand
+#: staging in its loop). BN is capped at 2048 / BM (BM=16 x 256 spills). H200 call 11 (M=1, us, vs the
+#: best e4m3 tensor-core config): qkv 20.3 vs 26.6, gate_up 41.4 vs 57.8, down 29.6 vs 33.2.
 #: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
 #: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
@@ -348,12 +349,15 @@ DECODE = {
     "nib8xpr": _loop(BN=256, num_warps=4, num_stages=3, apre=True, maxnreg=168),
     "nib8p": _loop(BN=128, num_warps=4, num_stages=4, apre=True),
     "swap": _loop(BN=128, num_warps=4, num_stages=3, swap=True, apre=True),
-    "gemv": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
-    "gemv128": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
-    "gemv512": _loop(BN=512, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
+    "gemv": _loop(BN=512, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
+    "gemv256": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
+    "gemv1k": _loop(BN=1024, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
 }
-#: int8 activations at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default.
-GEMV_MAX_M = 16
+#: int8 activations at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default, above it the
+#: MMA loop: ``dp4a`` issues at ~16 lanes / clock / SM on the H200 (call 11: qkv M=8 takes 37.4 us, the
+#: 147 M dp4a lane-ops at that rate), so from M ~ 4 the int8 tensor-core loop wins.
+GEMV_MAX_M = 4
+GEMV_BM_MAX = 16  # the kernel's token tile limit (registers)
 DECODE_INT8_DEFAULT = "gemv"
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
 #: H200 call 6 (Triton 3.6, int4, e4m3 per-group, M=8, us; nib8x / nib8xpr): qkv 42.4 / 28.5, o_proj
@@ -412,8 +416,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
                 apre=False, gemv=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
-        if band != "decode" or M > GEMV_MAX_M:
-            raise ValueError(f"w4a8_gemm config: gemv is a decode kernel for M <= {GEMV_MAX_M}, got {band} M={M}")
+        if band != "decode" or M > GEMV_BM_MAX:
+            raise ValueError(f"w4a8_gemm config: gemv is a decode kernel for M <= {GEMV_BM_MAX}, got {band} M={M}")
         if cfg["dot16"] or cfg["nib8"] or cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none":
             raise ValueError("w4a8_gemm config: gemv has no dot16 / nib8 / swap / apre / ablate (no MMA)")
         cfg["BM"] = _pow2_at_least(M, 1)  # tokens are registers here: no 16-row MMA tile
