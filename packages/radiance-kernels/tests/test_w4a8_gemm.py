@@ -143,15 +143,18 @@ def test_decode_configs(name, bits, elem, grouped, zpe, device):
     assert r <= REL and mx <= 4 * REL, (r, mx)
 
 
-@pytest.mark.parametrize("name,bits,grouped,M,N", [("gemv", 4, False, 1, 512), ("gemv", 5, True, 16, 384),
-                                                     ("gemv256", 4, True, 5, 384), ("gemv1k", 5, False, 3, 512)])
-def test_gemv_configs(name, bits, grouped, M, N, device):
-    """The CUDA-core int8 decode kernel at 3 splits, P = 2, ragged N (clamped loads, masked stores) ==
-    reference: exact integer dot products, so only the fp32 fold order differs."""
+@pytest.mark.parametrize("name,elem,bits,grouped,M,N",
+                         [("gemv", "int8", 4, False, 1, 512), ("gemv", "int8", 5, True, 16, 384),
+                          ("gemv256", "int8", 4, True, 5, 384), ("gemv1k", "int8", 5, False, 3, 512),
+                          ("gemv", "e4m3", 4, True, 1, 384), ("gemv1k", "e4m3", 5, False, 2, 512),
+                          ("gemv256", "e4m3", 5, True, 7, 384)])
+def test_gemv_configs(name, elem, bits, grouped, M, N, device):
+    """The CUDA-core decode kernel at 3 splits, P = 2, ragged N (clamped loads, masked stores) ==
+    reference (int8: exact integer dot products, only the fp32 fold order differs)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, K, bounds = 2, 384, [0, 128, N]
-    A, AS, RS, _ = acts(P, M, K, "int8", grouped, seed=M, device=device)
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device=device)
     w = prepare_codes(*weights(K, N, bits, device=device), bits)
     ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
     out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device=device)
@@ -162,7 +165,7 @@ def test_gemv_configs(name, bits, grouped, M, N, device):
 
 
 def test_int8_decode_runs_gemv_by_default(monkeypatch, device):
-    """int8 activations at M <= GEMV_MAX_M take the gemv kernel with no cfg; M above it the MMA kernel."""
+    """Activations at M <= GEMV_MAX_M[element] take the gemv kernel with no cfg; M above it the MMA kernel."""
     from radiance_kernels.ops.w4a8_gemm import gemv
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
@@ -179,12 +182,13 @@ def test_int8_decode_runs_gemv_by_default(monkeypatch, device):
     monkeypatch.setattr(gemv, "_w4a8_gemv_kernel", Spy(gemv._w4a8_gemv_kernel))
     monkeypatch.setattr(impl, "_w4a8_kernel", Spy(impl._w4a8_kernel))
     w = prepare_codes(*weights(256, 256, 4, device=device), 4)
-    for M in (impl.GEMV_MAX_M, impl.GEMV_MAX_M + 1):
-        A, AS, RS, _ = acts(1, M, 256, "int8", True, device=device)
-        r, _ = gemm_error(impl.gemm(A, AS, RS, w, [0, 256], True, "auto"),
-                          call(A, AS, RS, w, [0, 256], True, "auto", "reference"))
-        assert r <= REL
-    assert launched == ["_w4a8_gemv_kernel", "_w4a8_kernel"]
+    for elem, top in impl.GEMV_MAX_M.items():
+        for M in (top, top + 1):
+            A, AS, RS, _ = acts(1, M, 256, elem, True, device=device)
+            r, _ = gemm_error(impl.gemm(A, AS, RS, w, [0, 256], True, "auto"),
+                              call(A, AS, RS, w, [0, 256], True, "auto", "reference"))
+            assert r <= REL
+    assert launched == ["_w4a8_gemv_kernel", "_w4a8_kernel"] * 2
 
 
 def test_config_knobs_raise():
@@ -205,13 +209,16 @@ def test_config_knobs_raise():
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["gemv"], "nib8": True})
 
 
-def test_gemv_needs_int8_activations(device):
-    from radiance_kernels.ops.w4a8_gemm import triton as impl
+def test_mxfp4_has_no_gemv(device):
+    """The gemv knob is the W4A8 op's: the MXFP4 GEMM names it instead of ignoring it."""
+    from radiance_kernels.ops.mxfp4_gemm import prepare
+    from radiance_kernels.ops.mxfp4_gemm import triton as mx_impl
 
-    A, AS, RS, _ = acts(1, 4, 256, "e4m3", True, device=device)
-    w = prepare_codes(*weights(256, 256, 4, device=device), 4)
-    with pytest.raises(ValueError, match="int8 activations only"):
-        impl.gemm(A, AS, RS, w, [0, 256], False, "decode", cfg=impl.DECODE["gemv"])
+    A = torch.zeros(1, 2, 256, dtype=torch.uint8, device=device)
+    w = prepare(torch.zeros(128, 128, dtype=torch.uint8), torch.full((128, 8), 127, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="no gemv kernel"):
+        mx_impl.gemm(A, torch.ones(1, 2, device=device), w._replace(wp=w.wp.to(device), ws=w.ws.to(device)),
+                     [0, 128], "decode", cfg={"gemv": True})
 
 
 @pytest.mark.parametrize("name,ablate", [("nib8x", "nodot"), ("swap", "noload")])
