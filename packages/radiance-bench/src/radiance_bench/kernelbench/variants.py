@@ -71,11 +71,12 @@ def pick(configs: dict, names: list[str] | None) -> dict:
 
 def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DECODE_M,
                     names: list[str] | None = None) -> None:
-    """e4m3 per-group activations on every config (+ ablations); int8 per-group activations on the gemv
-    configs and, as their tensor-core reference, on :data:`INT8_MMA` (gemv configs at M <= GEMV_BM_MAX)."""
+    """e4m3 per-group activations on every tensor-core config (+ ablations); int8 per-group activations on
+    the gemv configs (M <= GEMV_BM_MAX) and, as their tensor-core reference, on :data:`INT8_MMA`."""
     ablations = {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE_CONFIGS for ab in ("nodot", "noload")}
     configs = pick(w4.DECODE | ablations, names)
-    by_act = {"e4m3": configs, "int8": {n: c for n, c in configs.items() if c["gemv"] or n == INT8_MMA}}
+    by_act = {"e4m3": {n: c for n, c in configs.items() if not c["gemv"]},
+              "int8": {n: c for n, c in configs.items() if c["gemv"] or n == INT8_MMA}}
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
             continue

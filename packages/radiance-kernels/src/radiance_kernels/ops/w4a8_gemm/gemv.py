@@ -1,19 +1,19 @@
-"""Decode W4A8 / W5A8 GEMM on the CUDA cores for a few tokens: no MMA, no operand staging.
+"""Decode W4A8 / W5A8 GEMM for int8 activations on the CUDA cores: 4-way byte dot products, no MMA.
 
 At M <= 4 a tensor-core tile wastes most of its rows and stages both operands through shared memory
 behind barriers; here each thread owns BN / (32 x warps) columns for all ``BM`` tokens, unpacks each
-weight word once and multiplies it into every token. Math (:mod:`.reference`, with the unsigned code
-``q`` and ``z = d + off``)::
+weight word once and multiplies it into every token's activation words by 4-way int8 dot products
+(``dp4a`` on NVIDIA; the plain-Triton twin :func:`dot4_sw` elsewhere and under the interpreter).
+Math (:mod:`.reference`, with the unsigned code ``q`` and ``z = d + off``)::
 
-    t[m, n]    = sum_{k in g} a[m, k] * q[k, n]
+    t[m, n]    = sum_{k in g} a[m, k] * q[k, n]          (int32, exact: |t| < 2^20)
     acc[m, n] += as(m, g) * (s[g, n] * t  -  s[g, n] * z[g, n] * RS[m, g])
 
-int8 activations: ``t`` in int32 by 4-way byte dot products (``dp4a`` on NVIDIA; the plain-Triton twin
-:func:`dot4_sw` elsewhere and under the interpreter), exact (|t| < 2^20). e4m3 activations: ``t`` in
-fp32 by FMAs, each code made a float by ``(q | 0x4B000000) - 2^23`` (exact) and each activation byte
-decoded once per thread.
+e4m3 activations have no integer dot product; an fp32-FMA flavour of this loop (codes made floats by
+the 2^23 bias trick) was measured on the H200 (call 12) and lost to the tensor-core loop at every shape
+and M >= 1 (gate_up M=1: 80.7 vs 57.9 us), so it is not kept.
 
-Layout: word ``wq[16 g + i, n]`` holds nibbles ``q[128 g + 8 i + j]``, j = 0..7. int8: its even nibbles
+Layout: word ``wq[16 g + i, n]`` holds nibbles ``q[128 g + 8 i + j]``, j = 0..7; its even nibbles
 (``w & 0x0F0F0F0F``) and odd ones (``(w >> 4) & 0x0F0F0F0F``) are byte-interleaved into ``lo`` = bytes
 ``q[8i .. 8i+3]`` and ``hi`` = ``q[8i+4 .. 8i+7]`` (one ``prmt`` each), which meet the activation words
 the halves of the activation word ``A64[m, 16 g + i]`` (``A`` [P, M, K] bytes read as [P, M, K/8] words).
@@ -81,7 +81,7 @@ def _w4a8_gemv_kernel(
     a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, ws_ptr, out_ptr, cnt_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: tl.constexpr, GROUP_AS: tl.constexpr, SPLIT: tl.constexpr, HW: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PTX: tl.constexpr, INT8: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PTX: tl.constexpr,
 ):
     part, offs_m, offs_n, mask_m, mask_n, g_lo, g_hi = tile_setup(M, N, K, b1, b2, groups_per_split, BM, BN, BK, 1)
     G = K // BK
@@ -97,29 +97,19 @@ def _w4a8_gemv_kernel(
     OFF: tl.constexpr = 1 << (BITS - 1)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for g in range(g_lo, g_hi):
-        t = tl.zeros((BM, BN), dtype=tl.int32 if INT8 else tl.float32)
+        t = tl.zeros((BM, BN), dtype=tl.int32)
         for i in tl.static_range(BK // 8):
             w = tl.load(wq_ptr + (g * (BK // 8) + i) * N + cols)
-            if BITS == 5 and i % 4 == 0:
-                h5 = tl.load(wh_ptr + (g * (BK // 32) + i // 4) * N + cols)
+            lo, hi = nibble_bytes(w, PTX)
+            if BITS == 5:
+                if i % 4 == 0:
+                    h5 = tl.load(wh_ptr + (g * (BK // 32) + i // 4) * N + cols)
+                x = h5 >> (8 * (i % 4))
+                lo |= spread4(x & 15)
+                hi |= spread4((x >> 4) & 15)
             a = tl.load(a_rows + g * (BK // 8) + i)[:, None]  # activation bytes k = 8i .. 8i+7
-            halves = (a.to(tl.int32), (a >> 32).to(tl.int32))
-            if INT8:
-                lo, hi = nibble_bytes(w, PTX)
-                if BITS == 5:
-                    x = h5 >> (8 * (i % 4))
-                    lo |= spread4(x & 15)
-                    hi |= spread4((x >> 4) & 15)
-                t = dot4(halves[0], lo, t, PTX)
-                t = dot4(halves[1], hi, t, PTX)
-            else:
-                for j in tl.static_range(8):
-                    q = (w >> (4 * j)) & 15
-                    if BITS == 5:
-                        q |= ((h5 >> (8 * (i % 4) + j)) & 1) << 4
-                    qf = (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-                    ab = ((halves[j // 4] >> (8 * (j % 4))) & 0xFF).to(tl.uint8)
-                    t += ab.to(tl.float8e4nv, bitcast=True).to(tl.float32) * qf
+            t = dot4(a.to(tl.int32), lo, t, PTX)
+            t = dot4((a >> 32).to(tl.int32), hi, t, PTX)
         sz = tl.load(sz_ptr + g * N + cols)
         s = (sz & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
         sz0 = s * ((sz >> 16) + OFF).to(tl.float32)

@@ -22,7 +22,7 @@ activations take the non-swapped loop) runs the nib8 loop transposed, ``outT [BN
 the register-unpacked weights are the MMA's M side (sm_90: wgmma, A from registers, N = the 16-token
 tile), the acc is transposed back before the epilogue. int8 activations: int8 x int8 dot. ``ablate``
 (bench only) removes the MMA or the DRAM weight stream from the nib8 loop (:data:`DECODE`). int8
-activations at small M run a separate CUDA-core kernel by default (:mod:`.gemv`, the "gemv" configs).
+activations at M <= 4 run a separate CUDA-core kernel by default (:mod:`.gemv`, the "gemv" configs).
 Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90, no GPU needed).
 """
 
@@ -323,8 +323,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr" capped at 168 registers
 #: (3 programs per SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126 registers with
 #: 3.6: 4 per SM; 214 with 3.7.1).
-#: "gemv" / "gemv256" / "gemv1k" (M <= GEMV_BM_MAX; "gemv" the default at M <= GEMV_MAX_M): no MMA — the
-#: CUDA-core kernel of :mod:`.gemv` (int8: 4-way byte dot products; e4m3: fp32 FMAs) on BN columns x all
+#: "gemv" / "gemv256" / "gemv1k" (int8 activations, M <= GEMV_BM_MAX; "gemv" the default at M <=
+#: GEMV_MAX_M): no MMA — the CUDA-core kernel of :mod:`.gemv`, 4-way byte dot products on BN columns x all
 #: tokens (ptxas sm_90, M=1: 40 registers, 0.047 warp-instructions per weight; no barriers and no operand
 #: staging in its loop). BN is capped at 2048 / BM (BM=16 x 256 spills). H200 call 11 (M=1, us, vs the
 #: best e4m3 tensor-core config): qkv 20.3 vs 26.6, gate_up 41.4 vs 57.8, down 29.6 vs 33.2.
@@ -353,11 +353,11 @@ DECODE = {
     "gemv256": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
     "gemv1k": _loop(BN=1024, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
 }
-#: Activations of an element at M <= GEMV_MAX_M[element] run the CUDA-core kernel (:mod:`.gemv`) by
-#: default, above it the MMA loop. int8: ``dp4a`` issues at ~16 lanes / clock / SM on the H200 (call 11:
-#: qkv M=8 takes 37.4 us, the 147 M dp4a lane-ops at that rate), so from M ~ 4 the tensor cores win;
-#: e4m3: per weight a 3-instruction convert + M fp32 FMAs.
-GEMV_MAX_M = {"int8": 4, "e4m3": 2}
+#: int8 activations at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
+#: table decides per shape), above it the MMA loop: ``dp4a`` issues at ~16 lanes / clock / SM on the H200
+#: (call 11: qkv M=8 takes 37.4 us, the 147 M dp4a lane-ops at that rate), so by M = 8 the int8
+#: tensor-core loop ties or wins (call 12: gemv 1.03-1.6x faster than it at M <= 4 on every shape).
+GEMV_MAX_M = 4
 GEMV_BM_MAX = 16  # the kernel's token tile limit (registers)
 GEMV_DEFAULT = "gemv"
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
@@ -493,7 +493,9 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         constexprs.update(DOT16=cfg["dot16"], NIB8=cfg["nib8"], SWAP=cfg["swap"], ABLATE=ABLATIONS[cfg["ablate"]],
                           APRE=cfg["apre"])
     if cfg["gemv"]:
-        constexprs = {k: constexprs[k] for k in ("BITS", "GROUP_AS", "INT8")}
+        if not constexprs["INT8"]:
+            raise ValueError(f"{op}: the gemv kernel takes int8 activations only (e4m3: the MMA configs)")
+        constexprs = {k: constexprs[k] for k in ("BITS", "GROUP_AS")}
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
     else:
         constexprs.update(KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
@@ -515,11 +517,10 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
     from radiance_kernels.ops.w4a8_gemm.gemv import _w4a8_gemv_kernel  # it imports this module's tile helpers
 
     int8 = A.dtype == torch.int8
-    gemv_max = GEMV_MAX_M["int8" if int8 else "e4m3"]
     return launch(
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
         (A.contiguous(), AS.contiguous(), RS.contiguous(), w.wq, wh, w.sz), cfg,
-        gemv=_w4a8_gemv_kernel, decode=GEMV_DEFAULT if gemv_max >= M else DECODE_DEFAULT,
+        gemv=_w4a8_gemv_kernel, decode=GEMV_DEFAULT if int8 and GEMV_MAX_M >= M else DECODE_DEFAULT,
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
