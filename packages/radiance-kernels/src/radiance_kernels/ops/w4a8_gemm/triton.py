@@ -286,7 +286,7 @@ def _w4a8_kernel(
             k0 = g * BK + kk
             a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0.0)
             if PREDEQ:  # the call's unpacked operand: no unpack between the MMAs
-                w8 = tl.load(w8_cols + k0 + offs_k[:, None], mask=mask_n[None, :], other=0)
+                w8 = tl.load(w8_cols + k0 + offs_k[:, None], mask=mask_n[None, :], other=0.0)
             else:
                 c = load_codes(wq_ptr, wh_ptr, k0, offs_n, mask_n, N, BITS, KS, BN)
                 if INT8 or not DOT16:
