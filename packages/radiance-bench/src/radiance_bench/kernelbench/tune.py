@@ -1,10 +1,10 @@
 """``python -m radiance_bench.kernelbench.tune OUT.json kb-decode_variants.json [kb-prefill_variants.json ...]``:
 the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) from A/B bench results.
 
-For every (band, N, K, M) measured, the config with the best time wins (ablation and failed rows are
-skipped); each measured M of a shape serves the M above the previous measured one up to itself
-(``M_max``); larger M than any measured run the band's default. The table names the GPU and the
-source files; it is written atomically. Put it at
+For every (band, N, K, M) measured, the config with the best time wins (skipped: ablation and failed
+rows, rows of int5 weights or of another activation format than :data:`ACT`); each measured M of a shape
+serves the M above the previous measured one up to itself (``M_max``); larger M than any measured run the
+band's default. The table names the GPU and the source files; it is written atomically. Put it at
 ``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json`` to make serving use it.
 """
 
@@ -20,6 +20,7 @@ from radiance_kernels.ops.w4a8_gemm.tuned import gpu_key
 
 SECTIONS = {"decode_variants": "decode", "prefill_variants": "prefill"}
 PREFIX = "w4a8 gemm int4 "
+ACT = "e4m3 group"  # the activation format configs are picked on (rows without ``act`` predate the field: this)
 
 
 def build(runs: list[dict], sources: list[str]) -> dict:
@@ -32,7 +33,7 @@ def build(runs: list[dict], sources: list[str]) -> dict:
         for row in run["results"]:
             band = SECTIONS.get(row.get("section"))
             if band is None or "error" in row or row.get("ablation") or "ablat" in row["kernel"] \
-                    or not row["kernel"].startswith(PREFIX):
+                    or not row["kernel"].startswith(PREFIX) or row.get("act", ACT) != ACT:
                 continue
             key = (band, row["N"], row["K"], row["M"])
             cand = (row["best_us"], row["kernel"][len(PREFIX):])
