@@ -432,7 +432,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     fixes the split count); ``decode`` names the decode default; the interpreter gets large, few tiles.
 
     KS is the k step inside a 128-group: prefill 128x128 tiles step 64 (at KS=128 the unpacked weight
-    tile spills per ptxas for sm_90; 64 measured 1.36-1.39x faster than 32 on the H200). On a GPU with
+    tile spills per ptxas for sm_90; 64 measured 1.36-1.39x faster than 32 on the H200); ``predeq``
+    (prefill only, not with dot16 / nib8) loads tiles already unpacked: no spill at 128. On a GPU with
     a committed table (:mod:`.tuned`) :func:`launch` passes the shape's A/B winner as ``override``."""
     override = dict(override or {})
     if override.keys() - _KEYS:
