@@ -6,7 +6,8 @@ iteration and warp-instructions per weight — with 4 schedulers per SM issuing 
 issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``; the MMA kind in the PTX (wgmma with the A
 operand from registers or shared memory, mma.sync) and whether cp.async / TMA loads appear.
 ``[band[:name[,name...]]]`` limits the configs; decode also lists the ablation rows (``name:ablate``),
-prefill with a ``predeq`` config also the per-call unpack kernel (:func:`w4.unpack_w8`; no loop).
+prefill with a ``predeq`` config also the per-call unpack kernel (:func:`w4.unpack_w8`; no loop: its
+figures are the whole program, one [128, UNPACK_BN] tile).
 Figures depend on the Triton version (the GPU image runs 3.6: put a Triton 3.6 first on PYTHONPATH to
 see what the GPU will run).
 """
@@ -31,6 +32,7 @@ from radiance_kernels.ops.w4a8_gemm.reference import GROUP
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 CLOCK_GHZ = 1.98  # H200 boost
 ABLATE = ("nib8x", "nib8xpr", "swap")  # the decode configs whose ablation rows are listed (as the bench's)
+INSTR = r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)"  # an nvdisasm instruction line → its opcode
 TYPES = {"a_ptr": "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32", "part_ptr": "*fp32",
          "out_ptr": "*bf16", "cnt_ptr": "*i32"}
 
@@ -65,7 +67,7 @@ def ptxas_report(ptx: str) -> dict:
 def loop_sass(cubin: bytes) -> tuple[int, Counter]:
     """Instruction count and opcode histogram of the group loop: the first backward-branch loop of more than
     16 instructions (the ZPE epilogue's and the split reduction's loops come after it; the ZPE one can be
-    the longer, e.g. with ``predeq``); the longest loop if none is that long."""
+    the longer, e.g. with ``predeq``); the whole program where there is none (the unpack kernel: one tile)."""
     with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
         f.write(cubin)
     sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", f.name], capture_output=True, text=True).stdout
@@ -76,10 +78,9 @@ def loop_sass(cubin: bytes) -> tuple[int, Counter]:
     for i, line in enumerate(lines):
         m = re.search(r"BRA `?\(?(\.L_x_\d+)", line)
         if m and labels.get(m.group(1), i) < i:
-            loops.append([op.group(1) for body in lines[labels[m.group(1)]:i + 1]
-                          if (op := re.match(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", body))])
+            loops.append([op.group(1) for body in lines[labels[m.group(1)]:i + 1] if (op := re.match(INSTR, body))])
     long = [ops for ops in loops if len(ops) > 16]
-    ops = long[0] if long else max(loops, key=len, default=[])
+    ops = long[0] if long else [op.group(1) for line in lines if (op := re.match(INSTR, line))]
     return len(ops), Counter(ops)
 
 
