@@ -5,7 +5,9 @@ spill bytes, stack, shared memory, and the SASS of the group loop (the longest l
 iteration and warp-instructions per weight — with 4 schedulers per SM issuing one each per cycle, the
 issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``; the MMA kind in the PTX (wgmma with the A
 operand from registers or shared memory, mma.sync) and whether cp.async / TMA loads appear.
-``[band[:name[,name...]]]`` limits the configs; decode also lists the ablation rows (``name:ablate``).
+``[band[:name[,name...]]]`` limits the configs; decode also lists the ablation rows (``name:ablate``),
+prefill with a ``predeq`` config also the per-call unpack kernel (:func:`w4.unpack_w8`; no loop: its
+figures are the whole program, one [128, UNPACK_BN] tile).
 Figures depend on the Triton version (the GPU image runs 3.6: put a Triton 3.6 first on PYTHONPATH to
 see what the GPU will run).
 """
@@ -31,13 +33,15 @@ from radiance_kernels.ops.w4a8_gemm.reference import GROUP
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 CLOCK_GHZ = 1.98  # H200 boost
 ABLATE = ("nib8x", "nib8xpr", "swap")  # the decode configs whose ablation rows are listed (as the bench's)
+INSTR = r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)"  # an nvdisasm instruction line → its opcode
 TYPES = {"a_ptr": "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32", "part_ptr": "*fp32",
          "out_ptr": "*bf16", "cnt_ptr": "*i32"}
 
 
 def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8: bool = False,
                  maxnreg: int | None = None):
-    types = {**TYPES, "a_ptr": "*i8" if int8 else "*u8"}
+    a8 = "*i8" if int8 else "*u8"  # the activations' and any 8-bit weight operand's (predeq) element
+    types = {**TYPES, "a_ptr": a8, "w8_ptr": a8, **({"wq_ptr": a8} if constexprs.get("PREDEQ") else {})}
     sig = {n: "constexpr" if n in constexprs else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     if kernel is _mxfp4_kernel:
@@ -62,19 +66,22 @@ def ptxas_report(ptx: str) -> dict:
 
 
 def loop_sass(cubin: bytes) -> tuple[int, Counter]:
-    """Instruction count and opcode histogram of the longest backward-branch loop."""
+    """Instruction count and opcode histogram of the group loop: the first backward-branch loop of more than
+    16 instructions (the ZPE epilogue's and the split reduction's loops come after it; the ZPE one can be
+    the longer, e.g. with ``predeq``); the whole program where there is none (the unpack kernel: one tile)."""
     with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
         f.write(cubin)
     sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", f.name], capture_output=True, text=True).stdout
     os.unlink(f.name)
     lines = sass.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
-    best: list[str] = []
+    loops = []  # opcodes of each loop, in program order
     for i, line in enumerate(lines):
         m = re.search(r"BRA `?\(?(\.L_x_\d+)", line)
-        if m and labels.get(m.group(1), i) < i and i - labels[m.group(1)] > len(best):
-            best = lines[labels[m.group(1)]:i + 1]
-    ops = [m.group(1) for line in best if (m := re.match(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", line))]
+        if m and labels.get(m.group(1), i) < i:
+            loops.append([op.group(1) for body in lines[labels[m.group(1)]:i + 1] if (op := re.match(INSTR, body))])
+    long = [ops for ops in loops if len(ops) > 16]
+    ops = long[0] if long else [op.group(1) for line in lines if (op := re.match(INSTR, line))]
     return len(ops), Counter(ops)
 
 
@@ -112,11 +119,16 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
                 continue
             ce = dict(BITS=bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, DOT16=cfg["dot16"], NIB8=cfg["nib8"], BG=16,
                       ZPE_PREC="tf32x3", SWAP=cfg["swap"], ABLATE=w4.ABLATIONS[cfg["ablate"]], APRE=cfg["apre"],
-                      **tiles)
+                      PREDEQ=cfg["predeq"], **tiles)
             out.append((f"w4a8 {band} {name} {label}", w4._w4a8_kernel, ce, {**opts, "int8": int8},
                         cfg["BN"] * GROUP))
-        if not (cfg["swap"] or cfg["apre"] or ":" in name):  # mxfp4 has no swap / apre / ablate
+        if not (cfg["swap"] or cfg["apre"] or cfg["predeq"] or ":" in name):  # mxfp4: no swap / apre / predeq / ablate
             out.append((f"mxfp4 {band} {name}", _mxfp4_kernel, tiles, opts, cfg["BN"] * GROUP))
+    if any(names[n].get("predeq") for n in only or names):  # predeq's per-call unpack kernel (no loop)
+        for label, bits, int8 in (("int4 e4m3", 4, False), ("int5 e4m3", 5, False), ("int4 int8", 4, True)):
+            ce = dict(BITS=bits, INT8=int8, HW=True, BK=GROUP, BN=w4.UNPACK_BN)
+            out.append((f"w4a8 unpack_w8 {label}", w4._unpack_w8_kernel, ce,
+                        dict(num_warps=4, num_stages=3, maxnreg=None, int8=int8), GROUP * w4.UNPACK_BN))
     return out
 
 

@@ -22,19 +22,22 @@ def test_best_config_per_measured_m():
             row("decode_variants", "nib8", 8, 9.0), row("decode_variants", "nib8x", 8, 7.0),
             row("decode_variants", "nib8x", 8, 1.0, ablation="nodot"),
             row("decode_variants", "fused", 8, 0.5, error="boom"),
-            row("prefill_variants", "k64", 2048, 100.0), row("prefill_variants", "k32", 2048, 130.0)]
+            row("prefill_variants", "k64", 2048, 100.0), row("prefill_variants", "k32", 2048, 130.0),
+            row("prefill_variants", "deq", 2048, 90.0, act="e4m3 group"),
+            row("prefill_variants", "k32", 2048, 50.0, act="int8 group ZPE")]  # int8: its own entry
     table = tune.build([run(rows)], ["x.json"])
     assert table["gpu"] == "Test GPU 9"
     e4 = {"N": 256, "K": 512, "act": "e4m3", "bits": 4}
     assert table["w4a8_gemm"]["decode"] == [{**e4, "M_max": 1, "config": "nib8"}, {**e4, "M_max": 8, "config": "nib8x"}]
-    assert table["w4a8_gemm"]["prefill"] == [{**e4, "M_max": 2048, "config": "k64"}]
+    assert table["w4a8_gemm"]["prefill"] == [{**e4, "M_max": 2048, "config": "deq"},
+                                             {**e4, "act": "int8", "M_max": 2048, "config": "k32"}]
 
 
 def test_activation_element_and_bits_are_separate_keys():
     """int8 / int5 rows of the same shape and M get their own entries (their winners differ)."""
-    rows = [row("decode_variants", "nib8", 8, 9.0), row("decode_variants", "gemv", 8, 4.0, act="int8"),
-            row("decode_variants", "nib8x", 8, 8.0, act="int8"),
-            {**row("decode_variants", "nib8p", 8, 11.0, bits=5), "kernel": "w4a8 gemm int5 nib8p"}]
+    rows = [row("decode_variants", "nib8", 8, 9.0), row("decode_variants", "gemv", 8, 4.0, act="int8 group"),
+            row("decode_variants", "nib8x", 8, 8.0, act="int8 group"),
+            {**row("decode_variants", "nib8p", 8, 11.0), "kernel": "w4a8 gemm int5 nib8p"}]
     got = {(e["act"], e["bits"]): e["config"] for e in tune.build([run(rows)], [])["w4a8_gemm"]["decode"]}
     assert got == {("e4m3", 4): "nib8", ("int8", 4): "gemv", ("e4m3", 5): "nib8p"}
 
@@ -63,3 +66,33 @@ def test_variant_filter_names_unknown_configs():
     assert pick(configs, ["c", "a"]) == {"a": 1, "c": 3}
     with pytest.raises(ValueError, match="unknown configs"):
         pick(configs, ["a", "zz"])
+
+
+def test_prefill_variant_rows_per_format(monkeypatch):
+    """prefill_variants (GPU parts faked): every config in each activation format, int5 only for
+    PREFILL_INT5, ZPE with int8; ``act`` on every row; ``rel_vs_first`` within one format and width."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from radiance_bench.kernelbench import variants
+    from radiance_bench.kernelbench.timing import Timing
+
+    def gemm(elem, w, bounds, zpe, band, cfg):
+        assert zpe == (elem == "int8") and band == "prefill"
+        return torch.full((2, 2), {"e4m3": 1.0, "int8": 2.0}[elem] + 4.0 * (w.bits == 5))
+
+    monkeypatch.setattr(variants, "projections", lambda tp: [SimpleNamespace(name="mlp.down", N=256, K=512)])
+    monkeypatch.setattr(variants, "activations", lambda M, K, seed: None)
+    monkeypatch.setattr(variants, "w4_weight", lambda proj, bits, seed: SimpleNamespace(
+        w=SimpleNamespace(bits=bits), bounds=[0, 256], nbytes=1))
+    monkeypatch.setattr(variants, "_pre", lambda x, wt, elem, gran: (elem,))
+    monkeypatch.setattr(variants, "graph_time", lambda calls, min_calls: Timing(1.0, 1.0, 1))
+    monkeypatch.setattr(variants.w4, "gemm", gemm)
+    rows = []
+    variants.prefill_variants(lambda section, kernel, t, **f: rows.append({"kernel": kernel, **f}), rows,
+                              {"fp8_TFLOPs": 1000.0}, names=["k64", "deq", "deq64"])
+    got = sorted((r["act"], r["kernel"]) for r in rows)
+    assert got == sorted((act, f"w4a8 gemm int{b} {n}") for act in ("e4m3 group", "int8 group ZPE")
+                         for b, names in ((4, ("k64", "deq", "deq64")), (5, ("k64", "deq"))) for n in names)
+    assert all("error" not in r and r["rel_vs_first"] == 0.0 for r in rows)

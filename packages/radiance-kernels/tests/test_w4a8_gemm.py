@@ -190,8 +190,44 @@ def test_int8_decode_runs_gemv_by_default(monkeypatch, device):
         impl.gemm(A, AS, RS, w, [0, 256], False, "decode", cfg=impl.DECODE["gemv"])
 
 
+#: (config, bits, elem, grouped, zpe): each predeq config with both activation elements and both widths.
+PREDEQ_VARIANTS = [("deq", 4, "e4m3", True, False), ("deq", 5, "int8", True, True),
+                   ("deq256", 5, "e4m3", False, True), ("deq256", 4, "int8", False, False),
+                   ("deqs4", 4, "e4m3", False, True), ("deqs4", 5, "int8", True, False),
+                   ("deq64", 5, "e4m3", True, False), ("deq64", 4, "int8", True, True)]
+
+
+@pytest.mark.parametrize("bits,int8", list(itertools.product([4, 5], [False, True])))
+def test_unpack_w8_bit_exact(bits, int8, device):
+    """predeq's operand ``w8 [N, K]`` = ``q - 2^(b-1)`` as e4m3 codes / int8, K-contiguous (N = 96: a masked
+    column tile)."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    w = prepare_codes(*weights(256, 96, bits, device=device), bits)
+    c = unprepare(w)[0] - (1 << (bits - 1))
+    want = c.to(torch.int8) if int8 else e4m3.encode(c.double())
+    got = impl.unpack_w8(w, int8)
+    assert got.shape == (96, 256) and got.is_contiguous() and got.dtype == want.dtype
+    assert torch.equal(got.cpu(), want.T.cpu())
+
+
+@pytest.mark.parametrize("name,bits,elem,grouped,zpe", PREDEQ_VARIANTS)
+def test_prefill_predeq_configs(name, bits, elem, grouped, zpe, device):
+    """Every pre-dequantised prefill config: kernel == reference (rows and, at BN=256, columns masked)."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    P, M, K, N, bounds = 2, 19, 256, 384, [0, 256, 384]
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=11, device=device)
+    w = prepare_codes(*weights(K, N, bits, device=device), bits)
+    ref = call(A, AS, RS, w, bounds, zpe, "prefill", "reference")
+    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
+    impl.gemm(A, AS, RS, w, bounds, zpe, "prefill", out=out, cfg=impl.PREFILL[name])
+    r, mx = gemm_error(out, ref)
+    assert r <= REL and mx <= 4 * REL, (r, mx)
+
+
 def test_config_knobs_raise():
-    """swap / ablate need the nib8 loop; an unknown ablation is named."""
+    """swap / ablate need the nib8 loop; an unknown ablation is named; predeq is prefill's 8-bit loop only."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     with pytest.raises(ValueError, match="swap / apre / ablate"):
@@ -206,6 +242,11 @@ def test_config_knobs_raise():
         impl.config(impl.GEMV_BM_MAX + 1, 512, 384, "decode", True, impl.DECODE["gemv"])
     with pytest.raises(ValueError, match="gemv has no dot16"):
         impl.config(8, 512, 384, "decode", True, {**impl.DECODE["gemv"], "nib8": True})
+
+    for band, knobs in [("decode", {}), ("prefill", {"dot16": True}), ("prefill", {"nib8": True})]:
+        with pytest.raises(ValueError, match="predeq"):
+            impl.config(256, 512, 384, band, True, {**impl.PREFILL["deq"], **knobs})
+    assert impl.config(256, 512, 384, "prefill", True, impl.PREFILL["deq"])["predeq"]
 
 
 def test_mxfp4_has_no_gemv(device):
@@ -286,7 +327,10 @@ FULL_VARIANTS = [(4, "e4m3", False, False), (5, "int8", True, True), (5, "e4m3",
 
 
 def sweep(proj, ms, device):
-    """Triton vs reference over ``ms`` for one projection, cycling the variants; rows past M untouched."""
+    """Triton vs reference over ``ms`` for one projection, cycling the variants; rows past M untouched.
+    Prefill M also runs the pre-dequantised config "deq"."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
     K, N, P = proj.K, proj.N, proj.P
     bounds = list(proj.bounds)
     ws = {bits: prepare_codes(*weights(K, N, bits, seed=K + N, device=device), bits) for bits in (4, 5)}
@@ -295,11 +339,15 @@ def sweep(proj, ms, device):
         w = ws[bits]
         A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device=device)
         ref = call(A, AS, RS, w, bounds, zpe, "auto", "reference")
-        out = torch.full((M + 3, N), 5.0, dtype=torch.bfloat16, device=device)
-        call(A, AS, RS, w, bounds, zpe, "auto", "triton", out=out)
-        r, mx = gemm_error(out[:M], ref)
-        assert r <= REL and mx <= 4 * REL, (proj, M, bits, elem, grouped, zpe, r, mx)
-        assert torch.all(out[M:] == 5.0)
+        for cfg in ["default"] + (["deq"] if M > impl.DECODE_MAX_M else []):
+            out = torch.full((M + 3, N), 5.0, dtype=torch.bfloat16, device=device)
+            if cfg == "default":
+                call(A, AS, RS, w, bounds, zpe, "auto", "triton", out=out)
+            else:
+                impl.gemm(A, AS, RS, w, bounds, zpe, "auto", out=out, cfg=impl.PREFILL[cfg])
+            r, mx = gemm_error(out[:M], ref)
+            assert r <= REL and mx <= 4 * REL, (proj, M, cfg, bits, elem, grouped, zpe, r, mx)
+            assert torch.all(out[M:] == 5.0)
 
 
 def test_sweep_small(device):

@@ -5,7 +5,7 @@ Every check is a ratio of figures measured in the same run (one JSON); a bar row
   ("w4a8 rot+gemm") and for the GEMM alone; bar ≥ 3.4. Also its weight stream as a fraction of the run's
   copy bandwidth; bar ≥ 0.9.
 - ``prefill``: TF/s over ``_scaled_mm`` fp8 at the same shape (prefill section) or over the run's fp8
-  ceiling (prefill_variants, best config per shape); bar ≥ 0.75.
+  ceiling (prefill_variants, best config per shape, activation format and weight width); bar ≥ 0.75.
 - ``producer``: rotate+quant at M = 8192, best config per (element, granularity, P), fraction of copy;
   bar ≥ 0.70.
 - ``stack``: 64-layer decode step over its weight-stream limit; bar ≤ 1.25.
@@ -75,10 +75,11 @@ def check(run: dict, source: str) -> list[dict]:
     best = {}
     for r in sec["prefill_variants"]:
         if "error" not in r and not r.get("ablation"):
-            key = (r["proj"], r["M"])
+            key = (r["proj"], r["M"], r.get("act", ""), r["kernel"].split()[2])  # ..., int4 / int5
             best[key] = max(best.get(key, r), r, key=lambda o: o["frac_fp8_ceiling"])
-    for (proj, M), r in sorted(best.items()):
-        rows.append(_row("prefill", f"{proj} M={M} best config ({r['kernel']}) vs fp8 ceiling", PREFILL,
+    for (proj, M, act, _), r in sorted(best.items()):
+        fmt = f", {act}" if act else ""
+        rows.append(_row("prefill", f"{proj} M={M} best config ({r['kernel']}{fmt}) vs fp8 ceiling", PREFILL,
                          r["frac_fp8_ceiling"], source))
     best = {}
     for r in sec["producer_variants"] + sec["producer"]:

@@ -2,10 +2,11 @@
 the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) from A/B bench results.
 
 For every (band, N, K, M, activation element, weight bits) measured, the config with the best time wins
-(ablation and failed rows are skipped); each measured M of a shape serves the M above the previous measured
-one up to itself (``M_max``); larger M than any measured run the band's default. The table names the GPU and
-the source files; it is written atomically. Put it at ``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json``
-to make serving use it.
+(ablation and failed rows are skipped; the element is the first word of a row's ``act`` label, e4m3 where a
+row predates the field); each measured M of a shape serves the M above the previous measured one up to itself
+(``M_max``); larger M than any measured run the band's default. The table names the GPU and the source files;
+it is written atomically. Put it at ``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json`` to make serving
+use it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def build(runs: list[dict], sources: list[str]) -> dict:
             name = KERNEL.match(row["kernel"])
             if band is None or "error" in row or row.get("ablation") or name is None or ":" in name[1]:
                 continue
-            key = (band, row["N"], row["K"], row.get("act", "e4m3"), row.get("bits", 4), row["M"])
+            act = row.get("act", "e4m3").split()[0]
+            key = (band, row["N"], row["K"], act, int(row["kernel"].split()[2][3:]), row["M"])
             cand = (row["best_us"], name[1])
             best[key] = min(best.get(key, cand), cand)
     if not best:

@@ -5,10 +5,14 @@ gemv configs with int8 activations, rows marked ``act``), then
 the ablation rows ``"<config>:nodot"`` (loads + unpack, no MMA) and ``"<config>:noload"`` (unpack + MMA, no
 weight loads) for :data:`ABLATE_CONFIGS` — what limits a config, by removing one part; their outputs are
 wrong by design, so their ``rel_vs_first`` is not a check (``ablation`` = True on those rows);
-``prefill_variants``: every config of ``PREFILL`` at M = 2048 on three shapes. The GEMM alone, int4,
-e4m3 per-group activations (the served decode format) pre-quantised by ``rotate_quant``, weights
-DRAM-fed. Each row carries its split count and its relative error against the first config's output
-(the first version, checked against the reference at full shapes).
+``prefill_variants``: every config of ``PREFILL`` at M = 2048 on three shapes, once per activation format
+of :data:`PREFILL_ACTS` (e4m3 per-group, the served decode format; int8 per-group with the zero-point
+epilogue, the seeds' production format), then int5 weights for :data:`PREFILL_INT5` in both formats. The
+GEMM alone on activations pre-quantised by ``rotate_quant``, weights DRAM-fed. Each row names its
+activation format (``act``) and carries its split count and its relative error against the first config's
+output in the same format and weight width (the first version, checked against the reference at full
+shapes); ``frac_fp8_ceiling`` of int8 rows is against the same ceiling (H200: int8 and fp8 dense peaks
+are equal).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ DECODE_M = (1, 8, 16)
 ABLATE_CONFIGS = ("nib8x", "nib8xpr", "swap")
 INT8_MMA = "nib8xpr"  # int8 activations on it run the tensor-core int8 loop: the gemv configs' reference
 PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
+#: (act label, element, granularity, zpe); the first is the format ``kernelbench.tune`` picks configs on
+PREFILL_ACTS = (("e4m3 group", "e4m3", "group", False), ("int8 group ZPE", "int8", "group", True))
+PREFILL_INT5 = (w4.PREFILL_DEFAULT, "deq")  # the configs also timed with int5 weights
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -37,18 +44,21 @@ def _pre(x, wt, elem="e4m3", gran="group"):
 
 
 def _rows(record, results: list, section: str, configs: dict, band: str, weights, pres, flops: float, meta: dict,
-          ceil: dict, min_calls: int) -> None:
-    """Time each config; ``record(section, kernel, timing, **fields)`` writes a row."""
+          ceil: dict, min_calls: int, zpe: bool = False, act: str = "e4m3 group") -> None:
+    """Time each config; ``record(section, kernel, timing, **fields)`` writes a row; ``rel_vs_first``
+    compares with the first config of this call (one activation format, one weight width)."""
     first = None
+    kernel = f"w4a8 gemm int{weights[0].w.bits}"
+    meta = {**meta, "act": act}
     for name, cfg in configs.items():
         try:
-            calls = [partial(w4.gemm, *pre, wt.w, wt.bounds, False, band, cfg=cfg)
+            calls = [partial(w4.gemm, *pre, wt.w, wt.bounds, zpe, band, cfg=cfg)
                      for wt, pre in zip(weights, pres, strict=True)]
             out = calls[0]()
             first = out if first is None else first
             t = graph_time(calls, min_calls=min_calls)
         except Exception as exc:  # noqa: BLE001 - a config that fails is recorded, the others still run
-            results.append({"section": section, "kernel": f"w4a8 gemm int4 {name}", **meta,
+            results.append({"section": section, "kernel": f"{kernel} {name}", **meta,
                             "error": f"{type(exc).__name__}: {exc}"[:300]})
             continue
         sec = t.best_us * 1e-6
@@ -56,7 +66,7 @@ def _rows(record, results: list, section: str, configs: dict, band: str, weights
         tbps = weights[0].nbytes / sec / 1e12
         rate = (dict(frac_copy=tbps / ceil["copy_TBps"], frac_read=tbps / ceil["read_TBps"]) if band == "decode"
                 else dict(frac_fp8_ceiling=flops / sec / 1e12 / ceil["fp8_TFLOPs"]))
-        record(section, f"w4a8 gemm int4 {name}", t, **meta, splits=full["splits"], rel_vs_first=_rel(out, first),
+        record(section, f"{kernel} {name}", t, **meta, splits=full["splits"], rel_vs_first=_rel(out, first),
                weight_TBps=tbps, TFLOPs=flops / sec / 1e12, ablation=full["ablate"] != "none", **rate)
 
 
@@ -87,9 +97,10 @@ def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DEC
                 if M > w4.GEMV_BM_MAX:
                     named = {n: c for n, c in named.items() if not c["gemv"]}
                 if named:
-                    meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K, "act": act}
+                    meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
                     _rows(record, results, "decode_variants", named, "decode", weights,
-                          [_pre(x, wt, act) for wt in weights], 2 * M * proj.N * proj.K, meta, ceil, 64)
+                          [_pre(x, wt, act) for wt in weights], 2 * M * proj.N * proj.K, meta, ceil, 64,
+                          act=f"{act} group")
         del weights
 
 
@@ -98,8 +109,12 @@ def prefill_variants(record, results: list, ceil: dict, M: int = 2048, names: li
     for proj in projections(1):
         if proj.name not in PREFILL_SHAPES:
             continue
-        weights = [w4_weight(proj, 4, seed=0)]
-        pres = [_pre(activations(M, proj.K, seed=M), weights[0])]
+        x = activations(M, proj.K, seed=M)
         meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
-        _rows(record, results, "prefill_variants", configs, "prefill", weights, pres, 2 * M * proj.N * proj.K, meta,
-              ceil, 8)
+        for bits, cfgs in ((4, configs), (5, {n: c for n, c in configs.items() if n in PREFILL_INT5})):
+            if not cfgs:
+                continue
+            wt = w4_weight(proj, bits, seed=0)
+            for act, elem, gran, zpe in PREFILL_ACTS:
+                _rows(record, results, "prefill_variants", cfgs, "prefill", [wt], [_pre(x, wt, elem, gran)],
+                      2 * M * proj.N * proj.K, meta, ceil, 8, zpe=zpe, act=act)

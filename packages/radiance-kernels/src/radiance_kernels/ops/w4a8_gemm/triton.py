@@ -23,6 +23,8 @@ the register-unpacked weights are the MMA's M side (sm_90: wgmma, A from registe
 tile), the acc is transposed back before the epilogue. int8 activations: int8 x int8 dot. ``ablate``
 (bench only) removes the MMA or the DRAM weight stream from the nib8 loop (:data:`DECODE`). int8
 activations at M <= 4 run a separate CUDA-core kernel by default (:mod:`.gemv`, the "gemv" configs).
+``predeq`` (prefill, :data:`PREFILL`): the KS loop reads a per-call 8-bit copy of the weights
+(:func:`unpack_w8`) instead of unpacking the packed words between the MMAs.
 Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90, no GPU needed).
 """
 
@@ -78,6 +80,45 @@ def load_nibbles(w_ptr, k0, offs_n, mask_n, N, BK: tl.constexpr, BN: tl.constexp
     rows = k0 // 8 + tl.arange(0, BK // 8)
     words = tl.load(w_ptr + rows[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
     return tl.reshape((words[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 15, (BK, BN))
+
+
+@triton.jit
+def load_codes(wq_ptr, wh_ptr, k0, offs_n, mask_n, N, BITS: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr):
+    """[BK, BN] int32 codes ``q`` of rows k0.. (k0 % 32 == 0): the nibbles of ``wq``; int5 adds bit 4 from
+    ``wh [K/32, N]`` (bit j of row i = k 32i + j)."""
+    q = load_nibbles(wq_ptr, k0, offs_n, mask_n, N, BK, BN)
+    if BITS == 5:
+        wh = tl.load(wh_ptr + (k0 // 32 + tl.arange(0, BK // 32))[:, None] * N + offs_n[None, :], mask=mask_n[None, :],
+                     other=0)
+        q = q | (tl.reshape((wh[:, None, :] >> tl.arange(0, 32)[None, :, None]) & 1, (BK, BN)) << 4)
+    return q
+
+
+@triton.jit
+def w8_operand(c, INT8: tl.constexpr, HW: tl.constexpr):
+    """Signed codes ``c`` (|c| <= 16) as the dot's 8-bit weight operand, exactly: int8, or e4m3 — one packed
+    fp16 → fp8 convert on GPUs, the integer encoder under the interpreter (whose fp8 cast is wrong)."""
+    if INT8:
+        w = c.to(tl.int8)
+    elif HW:
+        w = c.to(tl.float16).to(tl.float8e4nv)
+    else:
+        w = e4m3_encode_sw(c.to(tl.float32)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+    return w
+
+
+@triton.jit
+def _unpack_w8_kernel(wq_ptr, wh_ptr, w8_ptr, N, K, BITS: tl.constexpr, INT8: tl.constexpr, HW: tl.constexpr,
+                      BK: tl.constexpr, BN: tl.constexpr):
+    """``w8 [N, K]`` (K-contiguous) = :func:`w8_operand` of ``c = q - 2^(BITS-1)``, e4m3 as its uint8 bytes;
+    one [BK, BN] tile per program (grid K/BK x N/BN)."""
+    k0 = tl.program_id(0) * BK
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask_n = offs_n < N
+    w = w8_operand(load_codes(wq_ptr, wh_ptr, k0, offs_n, mask_n, N, BITS, BK, BN) - (1 << (BITS - 1)), INT8, HW)
+    if not INT8:
+        w = w.to(tl.uint8, bitcast=True)
+    tl.store(w8_ptr + offs_n.to(tl.int64)[None, :] * K + k0 + tl.arange(0, BK)[:, None], w, mask=mask_n[None, :])
 
 
 @triton.jit
@@ -183,7 +224,7 @@ def _w4a8_kernel(
     SPLIT: tl.constexpr, HW: tl.constexpr, DOT16: tl.constexpr, NIB8: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, BG: tl.constexpr,
     GROUP_M: tl.constexpr, ZPE_PREC: tl.constexpr, SWAP: tl.constexpr = False, ABLATE: tl.constexpr = 0,
-    APRE: tl.constexpr = False,
+    APRE: tl.constexpr = False, PREDEQ: tl.constexpr = False,
 ):
     part, offs_m, offs_n, mask_m, mask_n, g_lo, g_hi = tile_setup(M, N, K, b1, b2, groups_per_split, BM, BN, BK,
                                                                    GROUP_M)
@@ -191,6 +232,8 @@ def _w4a8_kernel(
     offs_k = tl.arange(0, KS)
     if HW and not INT8:  # typed fp8 loads: the tile can feed the dot (and its pipeline) with no cast op
         a_ptr = a_ptr.to(tl.pointer_type(tl.float8e4nv))
+        if PREDEQ:
+            wq_ptr = wq_ptr.to(tl.pointer_type(tl.float8e4nv))
     NIB: tl.constexpr = NIB8 and DOT16 and not INT8  # e4m3 only: int8 keeps the int8 dot
     SW: tl.constexpr = SWAP and NIB  # the loop runs in the transposed frame: tiles [BN, BM], weights [BN, K]
     AP: tl.constexpr = APRE and NIB
@@ -200,9 +243,9 @@ def _w4a8_kernel(
         as_rows = as_ptr + part * M * G + offs_m * G
     else:
         as_rows = as_ptr + part * M + offs_m
-    offs_h = tl.arange(0, KS // 32)
     offs_i = tl.arange(0, BK // 8)
-    shift_h = tl.arange(0, 32)
+    if PREDEQ:  # the weight operand is the call's w8 [N, K] (K-contiguous): column n starts at n * K
+        w8_cols = wq_ptr + offs_n.to(tl.int64)[None, :] * K
     OFF: tl.constexpr = 1 << (BITS - 1)
 
     TM: tl.constexpr = BN if SW else BM  # the tile frame [TM, TN]
@@ -243,21 +286,18 @@ def _w4a8_kernel(
         for kk in tl.static_range(0, 0 if NIB else BK, KS):  # KS-wide steps through the group
             k0 = g * BK + kk
             a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0.0)
-            c = load_nibbles(wq_ptr, k0, offs_n, mask_n, N, KS, BN)
-            if BITS == 5:
-                wh = tl.load(wh_ptr + (k0 // 32 + offs_h)[:, None] * N + offs_n[None, :], mask=mask_n[None, :], other=0)
-                c = c | (tl.reshape((wh[:, None, :] >> shift_h[None, :, None]) & 1, (KS, BN)) << 4)
+            if PREDEQ:  # the call's unpacked operand: no unpack between the MMAs
+                w8 = tl.load(w8_cols + k0 + offs_k[:, None], mask=mask_n[None, :], other=0.0)
+            else:
+                c = load_codes(wq_ptr, wh_ptr, k0, offs_n, mask_n, N, BITS, KS, BN)
+                if INT8 or not DOT16:
+                    w8 = w8_operand(c - OFF, INT8, HW)
             if INT8:
-                t = tl.dot(a, (c - OFF).to(tl.int8), t, out_dtype=tl.int32)
+                t = tl.dot(a, w8, t, out_dtype=tl.int32)
             elif DOT16:
                 t = dot16(a, c, t, OFF, HW)
             else:
-                c = c - OFF
-                if HW:  # integers in [-16, 15] are exact in fp16 and e4m3: one packed convert
-                    w8 = c.to(tl.float16).to(tl.float8e4nv)
-                else:
-                    w8 = e4m3_encode_sw(c.to(tl.float32)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
-                t = tl.dot(a.to(tl.float8e4nv, bitcast=True), w8, t)
+                t = tl.dot(a.to(tl.float8e4nv, bitcast=True), w8.to(tl.float8e4nv, bitcast=True), t)
         t = t.to(tl.float32)
         sz = tl.load(sz_ptr + g * N + offs_n, mask=mask_n, other=0)
         s = (sz & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
@@ -369,15 +409,25 @@ DECODE_DEFAULT = "nib8xpr"
 #: "k64" steps 64 (half the wgmma issues and scale-fold barriers; no spill since the activation tile
 #: loads as fp8 straight into the wgmma's shared operand), "k64s4" adds a pipeline stage, "n256" is
 #: 128x256 (fewest instructions per MAC, ~1 KB spill per ptxas).
+#: ``predeq`` (pre-dequantised; vLLM's AWQ path likewise dequantises, then runs cuBLAS, above 256 tokens):
+#: per call :func:`unpack_w8` writes the weights once as the 8-bit operand ``w8 [N, K]`` (K-contiguous:
+#: both fp8 wgmma operands K-major), then the same kernel's KS loop loads its [KS, BN] tiles straight into
+#: the MMA (no unpack between the MMAs; costs a second launch, N*K bytes of scratch and ~2 N*K bytes more
+#: DRAM traffic per call). "deq": 128x128, one KS=128 step per group; "deq256": 128x256; "deqs4": a
+#: fourth stage; "deq64": two KS=64 steps.
 PREFILL = {
     "k32": dict(BM=128, BN=128, KS=32, GROUP_M=8, num_warps=8, num_stages=3),
     "k64": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=3),
     "k64s4": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=4),
     "n256": dict(BM=128, BN=256, KS=32, GROUP_M=8, num_warps=8, num_stages=3),
+    "deq": dict(BM=128, BN=128, KS=128, GROUP_M=8, num_warps=8, num_stages=3, predeq=True),
+    "deq256": dict(BM=128, BN=256, KS=128, GROUP_M=8, num_warps=8, num_stages=3, predeq=True),
+    "deqs4": dict(BM=128, BN=128, KS=128, GROUP_M=8, num_warps=8, num_stages=4, predeq=True),
+    "deq64": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=3, predeq=True),
 }
 PREFILL_DEFAULT = "k64"  # H200 call 5: 1.36-1.39x k32 at M=2048, bit-identical output
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8", "swap",
-         "ablate", "maxnreg", "apre", "gemv"}
+         "ablate", "maxnreg", "apre", "gemv", "predeq"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -399,7 +449,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     fixes the split count); ``decode`` names the decode default; the interpreter gets large, few tiles.
 
     KS is the k step inside a 128-group: prefill 128x128 tiles step 64 (at KS=128 the unpacked weight
-    tile spills per ptxas for sm_90; 64 measured 1.36-1.39x faster than 32 on the H200). On a GPU with
+    tile spills per ptxas for sm_90; 64 measured 1.36-1.39x faster than 32 on the H200); ``predeq``
+    (prefill only, not with dot16 / nib8) loads tiles already unpacked: no spill at 128. On a GPU with
     a committed table (:mod:`.tuned`) :func:`launch` passes the shape's A/B winner as ``override``."""
     override = dict(override or {})
     if override.keys() - _KEYS:
@@ -414,7 +465,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[PREFILL_DEFAULT])
     base = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, gemv=False)
+                apre=False, gemv=False, predeq=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -429,6 +480,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError("w4a8_gemm config: swap / apre / ablate act on the nib8 loop and need dot16=True, nib8=True")
     if cfg["ablate"] != "none" and cfg["BM"] != 16:
         raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
+    if cfg["predeq"] and (band == "decode" or cfg["dot16"] or cfg["nib8"]):
+        raise ValueError("w4a8_gemm config: predeq runs the prefill band's 8-bit dot loop (no decode, dot16, nib8)")
     if band == "decode" and not cfg["gemv"]:  # BM x BN <= 4096: at BM=64 a 128-wide tile spills ~800 B (ptxas)
         cfg["BN"] = min(cfg["BN"], max(64, 4096 // cfg["BM"]))
     if "splits" not in cfg:
@@ -451,12 +504,14 @@ def resolve_band(band: str, M: int, op: str) -> str:
 
 
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
-           tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, gemv=None,
+           tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, gemv=None, unpacked=None,
            **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, ws, out, cnt, M, N, K, b1, b2, stride_om,
-    groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` where the kernel has it);
-    ``cfg`` overrides the tile config, ``decode`` names the decode default (:func:`config`); a ``gemv``
-    config runs the op's CUDA-core kernel ``gemv`` (same arguments up to BK, ``BITS`` / ``GROUP_AS``)."""
+    groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` ... ``PREDEQ`` where the kernel
+    has them); ``cfg`` overrides the tile config, ``decode`` names the decode default (:func:`config`); a
+    ``gemv`` config runs the op's CUDA-core kernel ``gemv`` (same arguments up to BK, ``BITS`` /
+    ``GROUP_AS``). ``unpacked()`` (where the kernel has PREDEQ) gives the call's 8-bit weight operand, which
+    replaces the packed weights ``tensors[3]`` when the config sets ``predeq``."""
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError(f"{op}: the triton backend needs contiguous weights (prepare() output, unsliced)")
     if out is None:
@@ -466,8 +521,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if M == 0:
         return out
     has_dot16 = "DOT16" in kernel.arg_names
-    if cfg and not has_dot16 and {"dot16", "nib8", "swap", "ablate", "apre"} & cfg.keys():
-        raise ValueError(f"{op}: dot16 / nib8 / swap / ablate / apre are not knobs of this kernel")
+    if cfg and not has_dot16 and {"dot16", "nib8", "swap", "ablate", "apre", "predeq"} & cfg.keys():
+        raise ValueError(f"{op}: dot16 / nib8 / swap / ablate / apre / predeq are not knobs of this kernel")
     interp = triton_interpreted()
     band = resolve_band(band, M, op)
     if cfg is None and not interp and torch.device(device).type == "cuda":  # the GPU's committed A/B winner
@@ -491,7 +546,9 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         constexprs.update(maxnreg=cfg["maxnreg"])
     if has_dot16:
         constexprs.update(DOT16=cfg["dot16"], NIB8=cfg["nib8"], SWAP=cfg["swap"], ABLATE=ABLATIONS[cfg["ablate"]],
-                          APRE=cfg["apre"])
+                          APRE=cfg["apre"], PREDEQ=cfg["predeq"])
+    if cfg["predeq"]:
+        tensors = (*tensors[:3], unpacked(), *tensors[4:])
     if cfg["gemv"]:
         if not constexprs["INT8"]:
             raise ValueError(f"{op}: the gemv kernel takes int8 activations only (e4m3: the MMA configs)")
@@ -521,6 +578,23 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
         (A.contiguous(), AS.contiguous(), RS.contiguous(), w.wq, wh, w.sz), cfg,
         gemv=_w4a8_gemv_kernel, decode=GEMV_DEFAULT if int8 and GEMV_MAX_M >= M else DECODE_DEFAULT,
+        unpacked=lambda: unpack_w8(w, int8),
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
+
+
+UNPACK_BN = 64  # the unpack kernel's tile: one 128-group x 64 columns (4 warps, 64 codes per thread)
+
+
+def unpack_w8(w: W4Prepared, int8: bool) -> torch.Tensor:
+    """The ``predeq`` weight operand ``w8 [N, K]`` (K-contiguous, as fp8 / int8 wgmma wants both operands):
+    ``c = q - 2^(b-1)`` as e4m3 bytes (uint8) for e4m3 activations, int8 for int8 activations; one launch,
+    a fresh buffer per call (N*K bytes)."""
+    K, N = w.wq.shape[0] * 8, w.wq.shape[1]
+    w8 = torch.empty(N, K, dtype=torch.int8 if int8 else torch.uint8, device=w.wq.device)
+    _unpack_w8_kernel[(K // GROUP, triton.cdiv(N, UNPACK_BN))](
+        w.wq, w.wh if w.bits == 5 else w.wq, w8, N, K, BITS=w.bits, INT8=int8, HW=not triton_interpreted(), BK=GROUP,
+        BN=UNPACK_BN, num_warps=4,
+    )
+    return w8
