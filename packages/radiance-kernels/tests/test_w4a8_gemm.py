@@ -192,7 +192,8 @@ def test_int8_decode_runs_gemv_by_default(monkeypatch, device):
 
 #: (config, bits, elem, grouped, zpe): each predeq config with both activation elements and both widths.
 PREDEQ_VARIANTS = [("deq", 4, "e4m3", True, False), ("deq", 5, "int8", True, True),
-                   ("deq256", 5, "e4m3", False, True), ("deq256", 4, "int8", False, False),
+                   ("deqm64", 5, "e4m3", False, True), ("deqn64", 4, "int8", False, False),
+                   ("deqm64s2", 4, "int8", True, True),
                    ("deqs4", 4, "e4m3", False, True), ("deqs4", 5, "int8", True, False),
                    ("deq64", 5, "e4m3", True, False), ("deq64", 4, "int8", True, True)]
 

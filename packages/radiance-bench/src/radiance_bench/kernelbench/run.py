@@ -2,7 +2,7 @@
 
 Sections (``--sections``): ceilings, decode, producer_decode, skinny, prefill, producer, stack, and the A/B
 sections decode_variants, prefill_variants, producer_variants (``--configs`` picks named configs, ``--decode-m``
-the decode M). Each figure is recorded with the ceiling and peers measured in the same process; the JSON
+and ``--prefill-m`` their M). Each figure is recorded with the ceiling and peers measured in the same process; the JSON
 holds everything, the printed table the ratios the bars are stated in.
 """
 
@@ -216,9 +216,10 @@ def decode_variants(results: list, ceil: dict, ms=DECODE_M, names=None) -> None:
     variants.decode_variants(partial(_record, results), results, ceil, ms=ms, names=names)
 
 
-def prefill_variants(results: list, ceil: dict, names=None) -> None:
+def prefill_variants(results: list, ceil: dict, ms=(2048,), names=None) -> None:
     """A/B of the W4A8 GEMM's named prefill tile configs (:mod:`.variants`)."""
-    variants.prefill_variants(partial(_record, results), results, ceil, names=names)
+    for M in ms:
+        variants.prefill_variants(partial(_record, results), results, ceil, M=M, names=names)
 
 
 def producer_variants(results: list, ceil: dict, names=None) -> None:
@@ -231,10 +232,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--sections", nargs="*", default=list(SECTIONS))
     ap.add_argument("--decode-m", nargs="*", type=int, default=list(DECODE_M), help="M of decode_variants")
+    ap.add_argument("--prefill-m", nargs="*", type=int, default=[2048], help="M of prefill_variants")
     ap.add_argument("--configs", nargs="*", default=None, help="named configs of the *_variants sections")
     args = ap.parse_args(argv)
     options = {"decode_variants": dict(ms=tuple(args.decode_m), names=args.configs),
-               "prefill_variants": dict(names=args.configs), "producer_variants": dict(names=args.configs)}
+               "prefill_variants": dict(ms=tuple(args.prefill_m), names=args.configs),
+               "producer_variants": dict(names=args.configs)}
     args.out.mkdir(parents=True, exist_ok=True)
     import triton
 

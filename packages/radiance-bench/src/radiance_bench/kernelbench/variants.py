@@ -32,7 +32,7 @@ INT8_MMA = "nib8xpr"  # int8 activations on it run the tensor-core int8 loop: th
 PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
 #: (act label, element, granularity, zpe); the first is the format ``kernelbench.tune`` picks configs on
 PREFILL_ACTS = (("e4m3 group", "e4m3", "group", False), ("int8 group ZPE", "int8", "group", True))
-PREFILL_INT5 = (w4.PREFILL_DEFAULT, "deq")  # the configs also timed with int5 weights
+PREFILL_INT5 = ("k64", w4.PREFILL_DEFAULT)  # the configs also timed with int5 weights (before and after predeq)
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:

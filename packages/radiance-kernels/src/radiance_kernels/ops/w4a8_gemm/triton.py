@@ -413,19 +413,24 @@ DECODE_DEFAULT = "nib8xpr"
 #: per call :func:`unpack_w8` writes the weights once as the 8-bit operand ``w8 [N, K]`` (K-contiguous:
 #: both fp8 wgmma operands K-major), then the same kernel's KS loop loads its [KS, BN] tiles straight into
 #: the MMA (no unpack between the MMAs; costs a second launch, N*K bytes of scratch and ~2 N*K bytes more
-#: DRAM traffic per call). "deq": 128x128, one KS=128 step per group; "deq256": 128x256; "deqs4": a
-#: fourth stage; "deq64": two KS=64 steps.
+#: DRAM traffic per call). "deq": 128x128, one KS=128 step per group (H200 call 13: 2.3-2.5x k64; the
+#: per-group scale fold is now ~40 % of the loop and, at 213 registers x 8 warps, one program per SM waits
+#: on each group's wgmma before folding it); "deqs4": a fourth stage; "deq64": two KS=64 steps; "deqm64"
+#: (64x128, 4 warps, "deqm64s2" 2 stages) and "deqn64" (128x64, 4 warps): two programs per SM, so one
+#: folds while the other's wgmma runs. (128x256 spilled 0.6-1.3 KB and ran at half speed: dropped.)
 PREFILL = {
     "k32": dict(BM=128, BN=128, KS=32, GROUP_M=8, num_warps=8, num_stages=3),
     "k64": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=3),
     "k64s4": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=4),
     "n256": dict(BM=128, BN=256, KS=32, GROUP_M=8, num_warps=8, num_stages=3),
     "deq": dict(BM=128, BN=128, KS=128, GROUP_M=8, num_warps=8, num_stages=3, predeq=True),
-    "deq256": dict(BM=128, BN=256, KS=128, GROUP_M=8, num_warps=8, num_stages=3, predeq=True),
     "deqs4": dict(BM=128, BN=128, KS=128, GROUP_M=8, num_warps=8, num_stages=4, predeq=True),
     "deq64": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=3, predeq=True),
+    "deqm64": dict(BM=64, BN=128, KS=128, GROUP_M=8, num_warps=4, num_stages=3, predeq=True),
+    "deqm64s2": dict(BM=64, BN=128, KS=128, GROUP_M=8, num_warps=4, num_stages=2, predeq=True),
+    "deqn64": dict(BM=128, BN=64, KS=128, GROUP_M=8, num_warps=4, num_stages=3, predeq=True),
 }
-PREFILL_DEFAULT = "k64"  # H200 call 5: 1.36-1.39x k32 at M=2048, bit-identical output
+PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), bit-identical output
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8", "swap",
          "ablate", "maxnreg", "apre", "gemv", "predeq"}
 
