@@ -183,3 +183,12 @@ def test_opcheck():
     args = (A, AS, w.wp, w.ws, [0, 128, 256], "auto", "reference")
     torch.library.opcheck(torch.ops.radiance.mxfp4_gemm.default, args)
     torch.library.opcheck(torch.ops.radiance.mxfp4_gemm_out.default, (torch.zeros(5, 256, dtype=torch.bfloat16), *args))
+
+
+def test_prefill_default_is_a_loop_config():
+    """The MXFP4 kernel has no predeq: its prefill default must not inherit the W4A8 one's."""
+    from radiance_kernels.ops.mxfp4_gemm import triton as mx_impl
+    from radiance_kernels.ops.w4a8_gemm import triton as w4
+
+    cfg = w4.config(2048, 256, 256, "prefill", False, None, prefill=mx_impl.PREFILL_DEFAULT)
+    assert not cfg["predeq"] and not w4.PREFILL[mx_impl.PREFILL_DEFAULT]["predeq"]

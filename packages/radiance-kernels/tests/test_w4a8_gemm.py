@@ -248,6 +248,7 @@ def test_config_knobs_raise():
         with pytest.raises(ValueError, match="predeq"):
             impl.config(256, 512, 384, band, True, {**impl.PREFILL["deq"], **knobs})
     assert impl.config(256, 512, 384, "prefill", True, impl.PREFILL["deq"])["predeq"]
+    assert not impl.config(256, 512, 384, "prefill", False, impl.PREFILL["k64"])["predeq"]  # not the default's
 
 
 def test_mxfp4_has_no_gemv(device):

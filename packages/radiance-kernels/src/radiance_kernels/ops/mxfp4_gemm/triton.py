@@ -18,6 +18,8 @@ import triton.language as tl
 from radiance_kernels.ops.mxfp4_gemm.reference import MXPrepared, check_inputs
 from radiance_kernels.ops.w4a8_gemm.triton import NO_SPECIALIZE, launch, load_nibbles, store_tile, tile_setup
 
+PREFILL_DEFAULT = "k64"  # the W4A8 prefill tiles without predeq (this kernel unpacks in its loop)
+
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _mxfp4_kernel(
@@ -57,4 +59,4 @@ def gemm(A, AS, w: MXPrepared, bounds: list[int], band: str = "auto", out: torch
     """Triton MXFP4 x e4m3 GEMM → bf16 [M, N] (or rows < M of ``out``); ``cfg`` overrides the tile config."""
     P, M, K, N = check_inputs(A, AS, w, bounds, "mxfp4_gemm")
     return launch(_mxfp4_kernel, M, N, K, bounds, band, out, A.device, "mxfp4_gemm",
-                  (A.contiguous(), AS.contiguous(), w.wp, w.ws), cfg, decode="fused")
+                  (A.contiguous(), AS.contiguous(), w.wp, w.ws), cfg, decode="fused", prefill=PREFILL_DEFAULT)

@@ -418,17 +418,23 @@ DECODE_DEFAULT = "nib8xpr"
 #: on each group's wgmma before folding it); "deqs4": a fourth stage; "deq64": two KS=64 steps; "deqm64"
 #: (64x128, 4 warps, "deqm64s2" 2 stages) and "deqn64" (128x64, 4 warps): two programs per SM, so one
 #: folds while the other's wgmma runs. (128x256 spilled 0.6-1.3 KB and ran at half speed: dropped.)
+def _tiles(**knobs) -> dict:
+    """A complete prefill config (``predeq`` always set, so a named config passed as an override never
+    inherits the default's)."""
+    return dict(GROUP_M=8, predeq=False) | knobs
+
+
 PREFILL = {
-    "k32": dict(BM=128, BN=128, KS=32, GROUP_M=8, num_warps=8, num_stages=3),
-    "k64": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=3),
-    "k64s4": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=4),
-    "n256": dict(BM=128, BN=256, KS=32, GROUP_M=8, num_warps=8, num_stages=3),
-    "deq": dict(BM=128, BN=128, KS=128, GROUP_M=8, num_warps=8, num_stages=3, predeq=True),
-    "deqs4": dict(BM=128, BN=128, KS=128, GROUP_M=8, num_warps=8, num_stages=4, predeq=True),
-    "deq64": dict(BM=128, BN=128, KS=64, GROUP_M=8, num_warps=8, num_stages=3, predeq=True),
-    "deqm64": dict(BM=64, BN=128, KS=128, GROUP_M=8, num_warps=4, num_stages=3, predeq=True),
-    "deqm64s2": dict(BM=64, BN=128, KS=128, GROUP_M=8, num_warps=4, num_stages=2, predeq=True),
-    "deqn64": dict(BM=128, BN=64, KS=128, GROUP_M=8, num_warps=4, num_stages=3, predeq=True),
+    "k32": _tiles(BM=128, BN=128, KS=32, num_warps=8, num_stages=3),
+    "k64": _tiles(BM=128, BN=128, KS=64, num_warps=8, num_stages=3),
+    "k64s4": _tiles(BM=128, BN=128, KS=64, num_warps=8, num_stages=4),
+    "n256": _tiles(BM=128, BN=256, KS=32, num_warps=8, num_stages=3),
+    "deq": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=3, predeq=True),
+    "deqs4": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=4, predeq=True),
+    "deq64": _tiles(BM=128, BN=128, KS=64, num_warps=8, num_stages=3, predeq=True),
+    "deqm64": _tiles(BM=64, BN=128, KS=128, num_warps=4, num_stages=3, predeq=True),
+    "deqm64s2": _tiles(BM=64, BN=128, KS=128, num_warps=4, num_stages=2, predeq=True),
+    "deqn64": _tiles(BM=128, BN=64, KS=128, num_warps=4, num_stages=3, predeq=True),
 }
 PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), bit-identical output
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8", "swap",
@@ -448,10 +454,11 @@ def _balanced_splits(tiles: int, G: int, M: int) -> int:
 
 
 def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | None = None,
-           decode: str = DECODE_DEFAULT) -> dict:
+           decode: str = DECODE_DEFAULT, prefill: str = PREFILL_DEFAULT) -> dict:
     """Tile configuration for a band ("decode" / "prefill"), with ``override`` keys replacing the
     defaults (a whole named config of :data:`DECODE` / :data:`PREFILL`, or single keys; ``splits``
-    fixes the split count); ``decode`` names the decode default; the interpreter gets large, few tiles.
+    fixes the split count); ``decode`` / ``prefill`` name the bands' defaults (an op whose kernel has no
+    predeq passes a prefill default without it); the interpreter gets large, few tiles.
 
     KS is the k step inside a 128-group: prefill 128x128 tiles step 64 (at KS=128 the unpacked weight
     tile spills per ptxas for sm_90; 64 measured 1.36-1.39x faster than 32 on the H200); ``predeq``
@@ -468,7 +475,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     elif interp:
         cfg = dict(BM=32, BN=128, KS=64, GROUP_M=8, splits=1, num_warps=8, num_stages=3)
     else:
-        cfg = dict(splits=1, **PREFILL[PREFILL_DEFAULT])
+        cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
                 apre=False, gemv=False, predeq=False)
     cfg = base | cfg | override
@@ -509,7 +516,8 @@ def resolve_band(band: str, M: int, op: str) -> str:
 
 
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
-           tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, gemv=None, unpacked=None,
+           tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, prefill: str = PREFILL_DEFAULT,
+           gemv=None, unpacked=None,
            **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, ws, out, cnt, M, N, K, b1, b2, stride_om,
     groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` ... ``PREDEQ`` where the kernel
@@ -536,7 +544,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         cfg = None if name is None else (DECODE if band == "decode" else PREFILL)[name]
     if gemv is None and cfg and cfg.get("gemv"):
         raise ValueError(f"{op}: has no gemv kernel (a W4A8 GEMM knob)")
-    cfg = config(M, N, K, band, interp, cfg, decode)
+    cfg = config(M, N, K, band, interp, cfg, decode, prefill)
     if cfg["gemv"]:
         kernel, has_dot16 = gemv, False
     if cfg["reduce"] not in ("host", "kernel"):
