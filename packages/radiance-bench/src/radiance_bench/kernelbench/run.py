@@ -211,9 +211,9 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
                 weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12)
 
 
-def decode_variants(results: list, ceil: dict, ms=DECODE_M, names=None) -> None:
+def decode_variants(results: list, ceil: dict, ms=DECODE_M, names=None, bits=(4,)) -> None:
     """A/B of the W4A8 GEMM's named decode tile configs (:mod:`.variants`)."""
-    variants.decode_variants(partial(_record, results), results, ceil, ms=ms, names=names)
+    variants.decode_variants(partial(_record, results), results, ceil, ms=ms, names=names, bits=bits)
 
 
 def prefill_variants(results: list, ceil: dict, ms=(2048,), names=None) -> None:
@@ -233,9 +233,10 @@ def main(argv=None) -> int:
     ap.add_argument("--sections", nargs="*", default=list(SECTIONS))
     ap.add_argument("--decode-m", nargs="*", type=int, default=list(DECODE_M), help="M of decode_variants")
     ap.add_argument("--prefill-m", nargs="*", type=int, default=[2048], help="M of prefill_variants")
+    ap.add_argument("--bits", nargs="*", type=int, default=[4], help="weight widths of decode_variants")
     ap.add_argument("--configs", nargs="*", default=None, help="named configs of the *_variants sections")
     args = ap.parse_args(argv)
-    options = {"decode_variants": dict(ms=tuple(args.decode_m), names=args.configs),
+    options = {"decode_variants": dict(ms=tuple(args.decode_m), names=args.configs, bits=tuple(args.bits)),
                "prefill_variants": dict(ms=tuple(args.prefill_m), names=args.configs),
                "producer_variants": dict(names=args.configs)}
     args.out.mkdir(parents=True, exist_ok=True)

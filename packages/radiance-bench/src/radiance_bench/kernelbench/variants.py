@@ -80,17 +80,18 @@ def pick(configs: dict, names: list[str] | None) -> dict:
 
 
 def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DECODE_M,
-                    names: list[str] | None = None) -> None:
+                    names: list[str] | None = None, bits: tuple[int, ...] = (4,)) -> None:
     """e4m3 per-group activations on every tensor-core config (+ ablations); int8 per-group activations on
-    the gemv configs (M <= GEMV_BM_MAX) and, as their tensor-core reference, on :data:`INT8_MMA`."""
+    the gemv configs (M <= GEMV_BM_MAX) and, as their tensor-core reference, on :data:`INT8_MMA`; for
+    each weight width in ``bits``."""
     ablations = {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE_CONFIGS for ab in ("nodot", "noload")}
     configs = pick(w4.DECODE | ablations, names)
     by_act = {"e4m3": {n: c for n, c in configs.items() if not c["gemv"]},
               "int8": {n: c for n, c in configs.items() if c["gemv"] or n == INT8_MMA}}
-    for proj in projections(1):
+    for proj, b in ((p, b) for p in projections(1) for b in bits):
         if proj.name == "gdn.in_proj_ba":
             continue
-        weights = [w4_weight(proj, 4, seed=i) for i in range(copies_needed(w4_weight(proj, 4, 0).nbytes))]
+        weights = [w4_weight(proj, b, seed=i) for i in range(copies_needed(w4_weight(proj, b, 0).nbytes))]
         for M in ms:
             x = activations(M, proj.K, seed=M)
             for act, named in by_act.items():

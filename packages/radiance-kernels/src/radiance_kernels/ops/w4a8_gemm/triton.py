@@ -165,6 +165,13 @@ def plane(x, J: tl.constexpr):
 
 
 @triton.jit
+def spread_even(x):
+    """Bits 0, 2, 4, 6 of ``x`` to bits 4, 12, 20, 28 (one multiply: copies at shifts 4/10/16/22 collide
+    only into unused bits, whose carries stop there)."""
+    return ((x & 0x55) * 0x00410410) & 0x10101010
+
+
+@triton.jit
 def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, SWAP: tl.constexpr = False,
           NODOT: tl.constexpr = False):
     """``acc + a · (q - OFF)`` for e4m3 codes ``a`` and weight codes ``c = q << SH`` (``q < 32``, SH 0 or 4)
@@ -265,13 +272,15 @@ def _w4a8_kernel(
             gw = g_lo + (g - g_lo) % 2 if ABLATE == 2 else g  # noload: the first two groups, L2-resident
             words = tl.load(wq_ptr + along0((gw * 16 + offs_i) * N, SW) + along1(offs_n, SW), mask=along1(mask_n, SW),
                             other=0)
-            if BITS == 5:  # bit 4 of q[k] is bit 8(i%4) + j of wh[g*4 + i//4]
-                hi = tl.load(wh_ptr + along0((g * 4 + offs_i // 4) * N, SW) + along1(offs_n, SW),
+            if BITS == 5:  # bit 4 of q[k] is bit 8(i%4) + j of wh[g*4 + i//4]; 5-bit codes q[8i + 2jp + h] as
+                # bits 8jp..8jp+4 of words[h]: nibbles, and the fifth bits spread there by one multiply
+                hb = tl.load(wh_ptr + along0((g * 4 + offs_i // 4) * N, SW) + along1(offs_n, SW),
                              mask=along1(mask_n, SW), other=0) >> along0(8 * (offs_i % 4), SW)
+                q5 = (words & 0x0F0F0F0F | spread_even(hb), (words >> 4) & 0x0F0F0F0F | spread_even(hb >> 1))
             if AP:
                 a3_cur = a3
                 a3 = tl.load(a3_ptrs + (g + 1) * BK, mask=a3_mask & (g + 1 < g_hi), other=0.0)
-            for jp in tl.static_range(4):  # nibbles 2jp, 2jp+1 from one shift: the odd one as 16 q (dot16 SH=4)
+            for jp in tl.static_range(4):  # int4: nibbles 2jp, 2jp+1 from one shift, the odd one as 16 q (SH=4)
                 x = words >> (8 * jp)
                 for h in tl.static_range(2):
                     if AP:
@@ -279,10 +288,10 @@ def _w4a8_kernel(
                     else:
                         a = tl.load(a_rows + g * BK + along1(8 * offs_i, SW) + 2 * jp + h, mask=along0(mask_m, SW),
                                     other=0.0)
-                    c = x & (15 << (4 * h))
                     if BITS == 5:
-                        c = c | (((hi >> (2 * jp + h)) & 1) << (4 + 4 * h))
-                    t = dot16(a, c, t, OFF, HW, 4 * h, SW, ABLATE == 1)
+                        t = dot16(a, (q5[h] >> (8 * jp)) & 31, t, OFF, HW, 0, SW, ABLATE == 1)
+                    else:
+                        t = dot16(a, x & (15 << (4 * h)), t, OFF, HW, 4 * h, SW, ABLATE == 1)
         for kk in tl.static_range(0, 0 if NIB else BK, KS):  # KS-wide steps through the group
             k0 = g * BK + kk
             a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0.0)
