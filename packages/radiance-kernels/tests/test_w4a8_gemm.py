@@ -127,10 +127,12 @@ SWAP_VARIANTS = [(4, "e4m3", True, False), (5, "e4m3", False, True), (4, "int8",
                          [(n, 5, "e4m3", False, False) for n in ("split", "nib8")]
                          + [(n, 4, "e4m3", True, False) for n in ("fused", "nib8w", "nib8x", "nib8xp", "nib8xpr",
                                                                  "nib8p")]
-                         + [("swap", *v) for v in SWAP_VARIANTS])
+                         + [("swap", *v) for v in SWAP_VARIANTS]
+                         + [("nib8xpr", 4, "int8", True, True), ("nib8p", 5, "int8", False, False),
+                            ("nib8", 5, "int8", True, False)])
 def test_decode_configs(name, bits, elem, grouped, zpe, device):
     """Every named decode tile config (the bench's A/B) at 3 splits: kernel == reference ("swap" also
-    int5 / per-token / ZPE, and int8 activations, which it runs on the non-swapped loop)."""
+    int5 / per-token / ZPE; the nib8 loops also with int8 activations)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, M, K, N, bounds = 2, 5, 384, 512, [0, 256, 512]

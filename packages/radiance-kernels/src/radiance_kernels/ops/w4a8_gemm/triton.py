@@ -17,10 +17,11 @@ over M, N in grouped launch order. The loop runs over 128-groups (the scale grou
 Weight codes into the dot, e4m3 activations: fp8 dot on the KS-wide unpacked tile (``c - 2^(b-1)``
 to e4m3 by one fp16 → fp8 convert on GPUs, the integer encoder under the interpreter), or with
 ``dot16`` an fp16 dot (:func:`dot16`), with ``nib8`` per nibble index (no reshape of the packed
-words, which then load straight into the mma operand layout). ``swap`` (swap-AB, e4m3 only; int8
-activations take the non-swapped loop) runs the nib8 loop transposed, ``outT [BN, BM] = (q - off) · aT``:
-the register-unpacked weights are the MMA's M side (sm_90: wgmma, A from registers, N = the 16-token
-tile), the acc is transposed back before the epilogue. int8 activations: int8 x int8 dot. ``ablate``
+words, which then load straight into the mma operand layout). ``swap`` (swap-AB) runs the nib8 loop
+transposed, ``outT [BN, BM] = (q - off) · aT``: the register-unpacked weights are the MMA's M side
+(sm_90: wgmma, A from registers, N = the 16-token tile), the acc is transposed back before the epilogue.
+int8 activations: int8 x int8 dot on the KS-wide tile, or the same dot16 / nib8 loops with the int8
+values as fp16 (exact, as are the K=16 sums in fp32). ``ablate``
 (bench only) removes the MMA or the DRAM weight stream from the nib8 loop (:data:`DECODE`). int8
 activations at M <= 4 run a separate CUDA-core kernel by default (:mod:`.gemv`, the "gemv" configs).
 ``predeq`` (prefill, :data:`PREFILL`): the KS loop reads a per-call 8-bit copy of the weights
@@ -173,17 +174,19 @@ def spread_even(x):
 
 @triton.jit
 def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, SWAP: tl.constexpr = False,
-          NODOT: tl.constexpr = False):
+          NODOT: tl.constexpr = False, INT8: tl.constexpr = False):
     """``acc + a · (q - OFF)`` for e4m3 codes ``a`` and weight codes ``c = q << SH`` (``q < 32``, SH 0 or 4)
     with fp16 operands: ``c | 0x6400`` is the fp16 ``1024 + c`` (no int→float convert), minus
     ``1024 + (OFF << SH)`` exactly = ``2^SH (q - OFF)``; ``a`` is taken times ``2^-SH`` (exact in fp16 for
     every e4m3 value), so the products are exact in the fp32 sum (fp32 operands under the interpreter).
+    INT8: ``a`` holds int8 values, exact in fp16 (so is ``a 2^-SH``): the K=16 sums are exact in fp32.
     SWAP: ``a`` is ``[K, M]``, ``c`` is ``[N, K]`` and the result ``acc + (q - OFF) · a`` (swap-AB: the
     register-made weight tile is the MMA's M side). NODOT (ablation, wrong result, BM == 16): no MMA, the
     unpacked tile is added into ``acc`` elementwise (the weight loads and the unpack stay live, the
     activations are dead code)."""
     w = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + (OFF << SH))
-    a = a.to(tl.float8e4nv, bitcast=True)
+    if not INT8:
+        a = a.to(tl.float8e4nv, bitcast=True)
     if HW:
         a = a.to(tl.float16)
     else:
@@ -241,7 +244,7 @@ def _w4a8_kernel(
         a_ptr = a_ptr.to(tl.pointer_type(tl.float8e4nv))
         if PREDEQ:
             wq_ptr = wq_ptr.to(tl.pointer_type(tl.float8e4nv))
-    NIB: tl.constexpr = NIB8 and DOT16 and not INT8  # e4m3 only: int8 keeps the int8 dot
+    NIB: tl.constexpr = NIB8 and DOT16  # int8 activations too: fp16 MMAs on exact integers
     SW: tl.constexpr = SWAP and NIB  # the loop runs in the transposed frame: tiles [BN, BM], weights [BN, K]
     AP: tl.constexpr = APRE and NIB
     a_rows = a_ptr + part.to(tl.int64) * M * K + along0(offs_m.to(tl.int64) * K, SW)
@@ -264,7 +267,7 @@ def _w4a8_kernel(
         a3_mask = along0(mask_m, SW)[:, :, None]
         a3 = tl.load(a3_ptrs + g_lo * BK, mask=a3_mask & (g_lo < g_hi), other=0.0)
     for g in range(g_lo, g_hi):
-        if INT8:
+        if INT8 and not NIB:
             t = tl.zeros((TM, TN), dtype=tl.int32)
         else:
             t = tl.zeros((TM, TN), dtype=tl.float32)
@@ -289,9 +292,9 @@ def _w4a8_kernel(
                         a = tl.load(a_rows + g * BK + along1(8 * offs_i, SW) + 2 * jp + h, mask=along0(mask_m, SW),
                                     other=0.0)
                     if BITS == 5:
-                        t = dot16(a, (q5[h] >> (8 * jp)) & 31, t, OFF, HW, 0, SW, ABLATE == 1)
+                        t = dot16(a, (q5[h] >> (8 * jp)) & 31, t, OFF, HW, 0, SW, ABLATE == 1, INT8)
                     else:
-                        t = dot16(a, x & (15 << (4 * h)), t, OFF, HW, 4 * h, SW, ABLATE == 1)
+                        t = dot16(a, x & (15 << (4 * h)), t, OFF, HW, 4 * h, SW, ABLATE == 1, INT8)
         for kk in tl.static_range(0, 0 if NIB else BK, KS):  # KS-wide steps through the group
             k0 = g * BK + kk
             a = tl.load(a_rows + k0 + offs_k[None, :], mask=mask_m[:, None], other=0.0)
@@ -352,35 +355,30 @@ def _block_n(bounds: list[int], want: int) -> int:
     return bn
 
 
-#: Decode tile configs by name (``config(..., override)`` can also set any key; dot16 / nib8 act on e4m3
-#: activations, int8 keeps its exact int8 dot). "split": the first version (fp32 partials summed by two
-#: host launches, fp8 dot — which Triton runs as fp16 mma at M=16 on sm_90 after int→fp16→e4m3→fp16).
-#: "fused": partials summed in the kernel (last-arriving program, split order), fp16 dot. "nib8": one
-#: K=16 dot per nibble index, the packed words go straight to the mma operand layout; "nib8w": its
-#: 256-wide tile on 8 warps; "nib8x": 256 wide on 4 warps (per-warp activation work over twice the
-#: columns; 188 registers, 2 programs per SM). Nibble pairs share one shift (:func:`dot16` SH).
-#: "swap" (swap-AB, e4m3 activations; int8 activations run the non-swapped nib8 loop, explicitly): the
-#: same nib8 loop in the transposed frame, ``outT [BN, BM] = (q - off) [BN, K] · aT [K, BM]``, so the
-#: register-unpacked weight tile is the MMA's M side (wgmma on sm_90, A from registers) and the token
-#: tile (16) its N; BN=128 on 4 warps (ptxas sm_90: 217 registers, no spill with Triton 3.6). It takes each
-#: group's activations one group ahead (``apre``). Meant for M <= 16 (BM=16): at BM=64 it spills 256 B.
-#: H200 call 6 (M=8) put it behind nib8xpr everywhere (qkv 36.1 vs 28.5 us); its register-capped and
-#: 256-wide siblings (swapr / swapw / swapx) were slower still and are gone.
-#: ``apre``: the group's activations as one tile loaded a group ahead, the 8 nibble planes split in
-#: registers (the per-plane loads each sit behind a dot's operand-staging barrier: one L2 round trip per
-#: dot on the critical path, ~3 us per group per program in nib8x); "nib8xp" is nib8x with it (209 regs,
-#: 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr" capped at 168 registers
-#: (3 programs per SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126 registers with
-#: 3.6: 4 per SM; 214 with 3.7.1).
-#: "gemv" / "gemv256" / "gemv1k" (int8 activations, M <= GEMV_BM_MAX; "gemv" the default at M <=
-#: GEMV_MAX_M): no MMA — the CUDA-core kernel of :mod:`.gemv`, 4-way byte dot products on BN columns x all
-#: tokens (ptxas sm_90, M=1: 40 registers, 0.047 warp-instructions per weight; no barriers and no operand
-#: staging in its loop). BN is capped at 2048 / BM (BM=16 x 256 spills). H200 call 11 (M=1, us, vs the
-#: best e4m3 tensor-core config): qkv 20.3 vs 26.6, gate_up 41.4 vs 57.8, down 29.6 vs 33.2.
-#: Splits: "occ" aims at occ programs per SM, otherwise :func:`_balanced_splits`.
-#: ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight loads + unpack
-#: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
-#: stream) (:data:`ABLATIONS`).
+#: Decode tile configs by name (``config(..., override)`` can also set any key; dot16 / nib8 run int8 activations as
+#: exact fp16 too, the others give int8 its int8 dot). "split": the first version (fp32 partials summed by two host
+#: launches, fp8 dot — which Triton runs as fp16 mma at M=16 on sm_90 after int→fp16→e4m3→fp16). "fused": partials
+#: summed in the kernel (last-arriving program, split order), fp16 dot. "nib8": one K=16 dot per nibble index, the
+#: packed words go straight to the mma operand layout; "nib8w": its 256-wide tile on 8 warps; "nib8x": 256 wide on 4
+#: warps (per-warp activation work over twice the columns; 188 registers, 2 programs per SM). Nibble pairs share one
+#: shift (:func:`dot16` SH). "swap" (swap-AB): the same nib8 loop in the transposed frame, ``outT [BN, BM] = (q -
+#: off) [BN, K] · aT [K, BM]``, so the register-unpacked weight tile is the MMA's M side (wgmma on sm_90, A from
+#: registers) and the token tile (16) its N; BN=128 on 4 warps (ptxas sm_90: 217 registers, no spill with Triton
+#: 3.6). It takes each group's activations one group ahead (``apre``). Meant for M <= 16 (BM=16): at BM=64 it spills
+#: 256 B. H200 call 6 (M=8) put it behind nib8xpr everywhere (qkv 36.1 vs 28.5 us); its register-capped and 256-wide
+#: siblings (swapr / swapw / swapx) were slower still and are gone. ``apre``: the group's activations as one tile
+#: loaded a group ahead, the 8 nibble planes split in registers (the per-plane loads each sit behind a dot's
+#: operand-staging barrier: one L2 round trip per dot on the critical path, ~3 us per group per program in nib8x);
+#: "nib8xp" is nib8x with it (209 regs, 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr"
+#: capped at 168 registers (3 programs per SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126
+#: registers with 3.6: 4 per SM; 214 with 3.7.1). "gemv" / "gemv256" / "gemv1k" (int8 activations, M <= GEMV_BM_MAX;
+#: "gemv" the default at M <= GEMV_MAX_M): no MMA — the CUDA-core kernel of :mod:`.gemv`, 4-way byte dot products on
+#: BN columns x all tokens (ptxas sm_90, M=1: 40 registers, 0.047 warp-instructions per weight; no barriers and no
+#: operand staging in its loop). BN is capped at 2048 / BM (BM=16 x 256 spills). H200 call 11 (M=1, us, vs the best
+#: e4m3 tensor-core config): qkv 20.3 vs 26.6, gate_up 41.4 vs 57.8, down 29.6 vs 33.2. Splits: "occ" aims at occ
+#: programs per SM, otherwise :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16
+#: i.e. M <= 16): "nodot" weight loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups
+#: re-read (L2-resident: no DRAM weight stream) (:data:`ABLATIONS`).
 def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
