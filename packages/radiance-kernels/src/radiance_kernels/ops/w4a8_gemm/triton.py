@@ -401,10 +401,11 @@ DECODE = {
     "gemv1k": _loop(BN=1024, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
 }
 #: int8 activations at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
-#: table decides per shape), above it the MMA loop: ``dp4a`` issues at ~16 lanes / clock / SM on the H200
-#: (call 11: qkv M=8 takes 37.4 us, the 147 M dp4a lane-ops at that rate), so by M = 8 the int8
-#: tensor-core loop ties or wins (call 12: gemv 1.03-1.6x faster than it at M <= 4 on every shape).
-GEMV_MAX_M = 4
+#: table decides per shape and width), above it the nib8 MMA loop: ``dp4a`` issues at ~16 lanes / clock / SM
+#: on the H200 (call 11: qkv M=8 takes 37.4 us, the 147 M dp4a lane-ops at that rate). H200 call 17: int4
+#: from M = 4 the MMA loop wins (qkv 28.4 vs 29.8 us), int5 the gemv up to M = 8 (its MMA loop pays the
+#: fifth-bit unpack: gate_up 99 vs 127 us).
+GEMV_MAX_M = 2
 GEMV_BM_MAX = 16  # the kernel's token tile limit (registers)
 GEMV_DEFAULT = "gemv"
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
