@@ -39,7 +39,8 @@ def main(argv: list[str]) -> None:
     out, paths = argv[0], argv[1:]
     rows, ceil = _rows(paths)
     fig, (a, b) = plt.subplots(1, 2, figsize=(14, 5))
-    _bars(a, rows, "decode", 8, ["w4a8 rot+gemm int4", "w4a8 gemm only int4", "cuBLAS bf16", "GemLite A16W4"],
+    _bars(a, rows, "decode", 8, ["w4a8 rot+gemm int4", "w4a8 rot+gemm int4 int8-group", "w4a8 gemm only int4",
+                                 "cuBLAS bf16", "GemLite A16W4"],
           lambda r: r.get("weight_TBps", 0.0), "weight stream, TB/s",
           "Decode M=8: bytes of weight read per second (higher is better)")
     a.axhline(ceil["copy_TBps"], color="k", ls="--", lw=1, label=f"copy ceiling {ceil['copy_TBps']:.2f} TB/s")
@@ -48,7 +49,7 @@ def main(argv: list[str]) -> None:
                                      "GemLite A8W4", "cuBLAS bf16"],
           lambda r: r.get("TFLOPs", 0.0), "TF/s", "Prefill M=2048: TF/s (higher is better)")
     b.legend(fontsize=8)
-    fig.suptitle("Radiance kernels vs peers, NVIDIA H200, same run (CUDA graphs, DRAM-fed)")
+    fig.suptitle("Radiance kernels vs peers, NVIDIA H200, each panel one run (CUDA graphs, DRAM-fed)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
