@@ -31,7 +31,9 @@ def test_rows_and_shortfalls():
          "frac_copy": 0.35},
         {"section": "producer_variants", "kernel": "rotate_quant e4m3 group bm8w4", "M": 8192, "P": 1,
          "frac_copy": 0.8},
-        {"section": "stack", "kernel": "64-layer served int4", "M": 8, "vs_limit": 2.5},
+        {"section": "stack", "kernel": "64-layer served int4", "M": 8, "vs_limit": 2.5, "best_us": 10.0},
+        {"section": "stack", "kernel": "64-layer cuBLAS bf16 + plain producers", "M": 8, "vs_limit": 1.1,
+         "best_us": 12.0},
     ]
     out = {r["item"]: r for r in bars.check(run(rows), "x.json")}
     dec = out["q M=8 w4a8 rot+gemm int4 vs cuBLAS bf16"]
@@ -39,6 +41,8 @@ def test_rows_and_shortfalls():
     stream = out["q M=8 w4a8 rot+gemm int4, fraction of copy"]
     assert stream["measured"] == 0.5 and not stream["met"] and stream["short_by"] == pytest.approx(1.8)
     assert out["q M=8 w4a8 rot+gemm int4 vs GemLite A16W4"]["measured"] == 2.0
+    peer = out["q M=8 w4a8 rot+gemm int4 faster than cuBLAS bf16"]  # cuBLAS is also a peer (bar 1.0)
+    assert peer["bar"] == "peer" and peer["measured"] == 4.0 and peer["met"]
     pre = sorted((r for r in out.values() if r["bar"] == "prefill"), key=lambda r: r["measured"])
     assert [r["measured"] for r in pre] == [0.15, 0.3]  # best per activation format (rows without one: old runs)
     assert "k64)" in pre[0]["item"] and "deq, int8 group ZPE" in pre[1]["item"]
@@ -46,6 +50,8 @@ def test_rows_and_shortfalls():
     assert len(prod) == 1 and prod[0]["met"] and "bm8w4" in prod[0]["item"]
     stack = out["64-layer served int4 M=8, × weight-stream limit"]
     assert not stack["met"] and stack["short_by"] == 2.0 and stack["at_most"]
+    assert sum(r["bar"] == "stack" for r in out.values()) == 1  # the bf16 stack is the served one's peer
+    assert out["64-layer served int4 M=8 vs 64-layer cuBLAS bf16 + plain producers"]["measured"] == 1.2
     assert not any("o M=8" in item for item in out)  # failed rows give no bar
 
 
