@@ -86,7 +86,7 @@ def test_prefill_variant_rows_per_format(monkeypatch):
     monkeypatch.setattr(variants, "activations", lambda M, K, seed: None)
     monkeypatch.setattr(variants, "w4_weight", lambda proj, bits, seed: SimpleNamespace(
         w=SimpleNamespace(bits=bits), bounds=[0, 256], nbytes=1))
-    monkeypatch.setattr(variants, "_pre", lambda x, wt, elem, gran: (elem,))
+    monkeypatch.setattr(variants, "rotate_quant", lambda x, wt, elem, gran: (elem,))
     monkeypatch.setattr(variants, "graph_time", lambda calls, min_calls: Timing(1.0, 1.0, 1))
     monkeypatch.setattr(variants.w4, "gemm", gemm)
     rows = []

@@ -52,11 +52,15 @@ def w4a8_gemm(wt: W4Weight, A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor,
                                         "triton")
 
 
+def rotate_quant(x: torch.Tensor, wt: W4Weight, elem: str = "e4m3", gran: str = "group"):
+    """``wt``'s rotate+quant prologue on ``x``: (A, AS, RS) for every partition, one launch."""
+    return torch.ops.radiance.rotate_quant(x, wt.pairs, wt.theta, wt.cs, elem, gran, "triton")
+
+
 def w4a8_linear(x: torch.Tensor, wt: W4Weight, elem: str = "e4m3", gran: str = "group", zpe: bool = False,
                 band: str = "auto"):
     """The served W4A8 linear: one rotate+quant launch (all partitions) + one GEMM launch."""
-    pre = torch.ops.radiance.rotate_quant(x, wt.pairs, wt.theta, wt.cs, elem, gran, "triton")
-    return w4a8_gemm(wt, *pre, zpe, band)
+    return w4a8_gemm(wt, *rotate_quant(x, wt, elem, gran), zpe, band)
 
 
 #: The stream producer that makes each projection's input in a served 27B-class layer (Qwen3-Next:

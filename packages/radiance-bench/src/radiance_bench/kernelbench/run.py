@@ -20,7 +20,15 @@ import torch
 
 from radiance_bench.kernelbench import ceilings, peers, variants
 from radiance_bench.kernelbench import producer_variants as pv
-from radiance_bench.kernelbench.cases import PRODUCER_OF, activations, producer_calls, w4_weight, w4a8_gemm, w4a8_linear
+from radiance_bench.kernelbench.cases import (
+    PRODUCER_OF,
+    activations,
+    producer_calls,
+    rotate_quant,
+    w4_weight,
+    w4a8_gemm,
+    w4a8_linear,
+)
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
 from radiance_kernels.shapes import projections
 
@@ -58,14 +66,10 @@ def _linear_call(x, w, elem="e4m3", gran="group", zpe=False):
     return lambda: w4a8_linear(x, w, elem, gran, zpe)
 
 
-def _prologue(x, w, elem="e4m3", gran="group"):
-    return torch.ops.radiance.rotate_quant(x, w.pairs, w.theta, w.cs, elem, gran, "triton")
-
-
 def decode(results: list, ceil: dict) -> None:
     """Decode band: the linear as rotate+quant launch + GEMM launch at M = 1..16, int4 everywhere, int5 and
     the GEMM alone at M = 8, each with e4m3 per-group activations (the tensor-core kernel) and int8 per-group
-    ones (the seeds' production format; the CUDA-core gemv kernel at M <= 16); peers cuBLAS bf16
+    ones (the seeds' production format; the gemv kernel or the nib8 loop per the tuned table); peers cuBLAS bf16
     everywhere, GemLite at M = 8 on qkv / gate_up."""
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
@@ -79,7 +83,7 @@ def decode(results: list, ceil: dict) -> None:
                 for elem, suffix in (("e4m3", ""), ("int8", " int8-group")):
                     variants = [("w4a8 rot+gemm", [_linear_call(x, w, elem) for w in weights])]
                     if bits == 4 and M == 8:
-                        variants.append(("w4a8 gemm only", [_gemm_call(w, _prologue(x, w, elem)) for w in weights]))
+                        variants.append(("w4a8 gemm only", [_gemm_call(w, rotate_quant(x, w, elem)) for w in weights]))
                     for label, calls in variants:
                         t = graph_time(calls)
                         tbps = weights[0].nbytes / (t.best_us * 1e-6) / 1e12
@@ -148,7 +152,7 @@ def prefill(results: list, ceil: dict) -> None:
             x = activations(M, proj.K, seed=M)
             for label, bits, elem, gran, zpe in PREFILL_VARIANTS:
                 w = w4_weight(proj, bits, seed=0)
-                for what, call in (("gemm", _gemm_call(w, _prologue(x, w, elem, gran), zpe)),
+                for what, call in (("gemm", _gemm_call(w, rotate_quant(x, w, elem, gran), zpe)),
                                    ("rot+gemm", _linear_call(x, w, elem, gran, zpe))):
                     t = graph_time([call], min_calls=8)
                     tf = fl / (t.best_us * 1e-6) / 1e12
@@ -173,7 +177,7 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
     """64 layers of the 27B-class linears at decode M, each variant one CUDA graph, against the weight
     stream: "served" runs every linear as the served layer does (its fused stream producer, then the GEMM;
     in_proj_ba by the skinny GEMM) with e4m3 per-group activations, "served ... int8-group" the same with int8
-    per-group activations (the gemv kernel at M <= 16), "rot+gemm" a standalone rotate+quant launch instead of
+    per-group activations, "rot+gemm" a standalone rotate+quant launch instead of
     the producer (session 1's row), "gemm only" the GEMMs on pre-quantised activations (ablation: the
     producers' share), and the peer "cuBLAS bf16" the unrotated bf16 layer (plain producers + cuBLAS)."""
     served, served8, rot_gemm, gemm_only, bf16, total, total_bf16 = [], [], [], [], [], 0, 0
@@ -195,7 +199,7 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
             fused8 = producer_calls(proj.name, M, proj.K, layer, w, "int8")[0]
             served8.append(lambda f=fused8, w=w: w4a8_gemm(w, *f()))
             rot_gemm.append(_linear_call(x, w))
-            gemm_only.append(_gemm_call(w, _prologue(x, w), False))
+            gemm_only.append(_gemm_call(w, rotate_quant(x, w), False))
             wb = torch.randn(proj.N, proj.K, device="cuda").to(torch.bfloat16)
             bf16.append(lambda p=plain, wb=wb: torch.matmul(p(), wb.t()))
             total += w.nbytes

@@ -21,7 +21,7 @@ from pathlib import Path
 from radiance_kernels.ops.w4a8_gemm.tuned import gpu_key
 
 SECTIONS = {"decode_variants": "decode", "prefill_variants": "prefill"}
-KERNEL = re.compile(r"w4a8 gemm int[45] (\S+)$")
+KERNEL = re.compile(r"w4a8 gemm int([45]) (\S+)$")  # (bits, config name)
 
 
 def build(runs: list[dict], sources: list[str]) -> dict:
@@ -34,11 +34,11 @@ def build(runs: list[dict], sources: list[str]) -> dict:
         for row in run["results"]:
             band = SECTIONS.get(row.get("section"))
             name = KERNEL.match(row["kernel"])
-            if band is None or "error" in row or row.get("ablation") or name is None or ":" in name[1]:
+            if band is None or "error" in row or row.get("ablation") or name is None or ":" in name[2]:
                 continue
             act = row.get("act", "e4m3").split()[0]
-            key = (band, row["N"], row["K"], act, int(row["kernel"].split()[2][3:]), row["M"])
-            cand = (row["best_us"], name[1])
+            key = (band, row["N"], row["K"], act, int(name[1]), row["M"])
+            cand = (row["best_us"], name[2])
             best[key] = min(best.get(key, cand), cand)
     if not best:
         raise ValueError("tune: no decode_variants / prefill_variants rows in the inputs")

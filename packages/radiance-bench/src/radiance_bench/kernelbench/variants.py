@@ -21,26 +21,22 @@ from functools import partial
 
 import torch
 
-from radiance_bench.kernelbench.cases import activations, w4_weight
+from radiance_bench.kernelbench.cases import activations, rotate_quant, w4_weight
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
 from radiance_kernels.ops.w4a8_gemm import triton as w4
 from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
 ABLATE_CONFIGS = ("nib8x", "nib8xpr", "swap")
-INT8_MMA = "nib8xpr"  # int8 activations on it run the tensor-core int8 loop: the gemv configs' reference
+INT8_MMA = "nib8xpr"  # the tensor-core loop (int8 as exact fp16) the int8 gemv configs are timed against
 PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
-#: (act label, element, granularity, zpe); the first is the format ``kernelbench.tune`` picks configs on
+#: (act label, element, granularity, zpe); ``kernelbench.tune`` keys its table by the element
 PREFILL_ACTS = (("e4m3 group", "e4m3", "group", False), ("int8 group ZPE", "int8", "group", True))
 PREFILL_INT5 = ("k64", w4.PREFILL_DEFAULT)  # the configs also timed with int5 weights (before and after predeq)
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
-
-
-def _pre(x, wt, elem="e4m3", gran="group"):
-    return torch.ops.radiance.rotate_quant(x, wt.pairs, wt.theta, wt.cs, elem, gran, "triton")
 
 
 def _rows(record, results: list, section: str, configs: dict, band: str, weights, pres, flops: float, meta: dict,
@@ -100,7 +96,7 @@ def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DEC
                 if named:
                     meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
                     _rows(record, results, "decode_variants", named, "decode", weights,
-                          [_pre(x, wt, act) for wt in weights], 2 * M * proj.N * proj.K, meta, ceil, 64,
+                          [rotate_quant(x, wt, act) for wt in weights], 2 * M * proj.N * proj.K, meta, ceil, 64,
                           act=f"{act} group")
         del weights
 
@@ -117,5 +113,5 @@ def prefill_variants(record, results: list, ceil: dict, M: int = 2048, names: li
                 continue
             wt = w4_weight(proj, bits, seed=0)
             for act, elem, gran, zpe in PREFILL_ACTS:
-                _rows(record, results, "prefill_variants", cfgs, "prefill", [wt], [_pre(x, wt, elem, gran)],
+                _rows(record, results, "prefill_variants", cfgs, "prefill", [wt], [rotate_quant(x, wt, elem, gran)],
                       2 * M * proj.N * proj.K, meta, ceil, 8, zpe=zpe, act=act)

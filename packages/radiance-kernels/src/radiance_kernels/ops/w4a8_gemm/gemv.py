@@ -29,7 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from radiance_kernels.ops.w4a8_gemm.triton import NO_SPECIALIZE, store_tile, tile_setup
+from radiance_kernels.ops.w4a8_gemm.triton import NO_SPECIALIZE, scale_rows, store_tile, sz_scale, tile_setup
 
 
 @triton.jit
@@ -89,11 +89,7 @@ def _w4a8_gemv_kernel(
     cols = tl.minimum(offs_n, N - 1)[None, :]
     a_ptr = a_ptr.to(tl.pointer_type(tl.int64))  # int8 [P, M, K] read as [P, M, K/8] 8-byte words
     a_rows = a_ptr + part.to(tl.int64) * M * (K // 8) + rows.to(tl.int64) * (K // 8)
-    rs_rows = rs_ptr + part * M * G + rows * G
-    if GROUP_AS:
-        as_rows = as_ptr + part * M * G + rows * G
-    else:
-        as_rows = as_ptr + part * M + rows
+    as_rows, rs_rows = scale_rows(as_ptr, rs_ptr, part, M, G, rows, GROUP_AS)
     OFF: tl.constexpr = 1 << (BITS - 1)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for g in range(g_lo, g_hi):
@@ -111,7 +107,7 @@ def _w4a8_gemv_kernel(
             t = dot4(a.to(tl.int32), lo, t, PTX)
             t = dot4((a >> 32).to(tl.int32), hi, t, PTX)
         sz = tl.load(sz_ptr + g * N + cols)
-        s = (sz & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        s = sz_scale(sz)
         sz0 = s * ((sz >> 16) + OFF).to(tl.float32)
         rs = tl.load(rs_rows + g)
         contrib = t.to(tl.float32) * s - rs[:, None] * sz0

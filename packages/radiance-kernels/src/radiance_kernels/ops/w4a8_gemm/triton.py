@@ -23,7 +23,8 @@ transposed, ``outT [BN, BM] = (q - off) · aT``: the register-unpacked weights a
 int8 activations: int8 x int8 dot on the KS-wide tile, or the same dot16 / nib8 loops with the int8
 values as fp16 (exact, as are the K=16 sums in fp32). ``ablate``
 (bench only) removes the MMA or the DRAM weight stream from the nib8 loop (:data:`DECODE`). int8
-activations at M <= 4 run a separate CUDA-core kernel by default (:mod:`.gemv`, the "gemv" configs).
+activations at small M run a separate CUDA-core kernel (:mod:`.gemv`, the "gemv" configs: the default to
+GEMV_MAX_M, per shape and width by the tuned table).
 ``predeq`` (prefill, :data:`PREFILL`): the KS loop reads a per-call 8-bit copy of the weights
 (:func:`unpack_w8`) instead of unpacking the packed words between the MMAs.
 Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90, no GPU needed).
@@ -73,6 +74,23 @@ def tile_setup(M, N, K, b1, b2, groups_per_split, BM: tl.constexpr, BN: tl.const
     g_lo = tl.program_id(1) * groups_per_split
     g_hi = tl.minimum(g_lo + groups_per_split, K // BK)
     return part, offs_m, offs_n, offs_m < M, offs_n < N, g_lo, g_hi
+
+
+@triton.jit
+def scale_rows(as_ptr, rs_ptr, part, M, G, rows, GROUP_AS: tl.constexpr):
+    """Pointers to the tile rows' activation scales (``AS [P, M]`` or ``[P, M, G]``) and row sums
+    (``RS [P, M, G]``) of the program's partition: (as_rows, rs_rows)."""
+    if GROUP_AS:
+        as_rows = as_ptr + part * M * G + rows * G
+    else:
+        as_rows = as_ptr + part * M + rows
+    return as_rows, rs_ptr + part * M * G + rows * G
+
+
+@triton.jit
+def sz_scale(sz):
+    """The fp16 group scale ``s`` (bits 0..15 of an ``sz`` word) as fp32."""
+    return (sz & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
 
 
 @triton.jit
@@ -248,11 +266,7 @@ def _w4a8_kernel(
     SW: tl.constexpr = SWAP and NIB  # the loop runs in the transposed frame: tiles [BN, BM], weights [BN, K]
     AP: tl.constexpr = APRE and NIB
     a_rows = a_ptr + part.to(tl.int64) * M * K + along0(offs_m.to(tl.int64) * K, SW)
-    rs_rows = rs_ptr + part * M * G + offs_m * G
-    if GROUP_AS:
-        as_rows = as_ptr + part * M * G + offs_m * G
-    else:
-        as_rows = as_ptr + part * M + offs_m
+    as_rows, rs_rows = scale_rows(as_ptr, rs_ptr, part, M, G, offs_m, GROUP_AS)
     offs_i = tl.arange(0, BK // 8)
     if PREDEQ:  # the weight operand is the call's w8 [N, K] (K-contiguous): column n starts at n * K
         w8_cols = wq_ptr + offs_n.to(tl.int64)[None, :] * K
@@ -312,7 +326,7 @@ def _w4a8_kernel(
                 t = tl.dot(a.to(tl.float8e4nv, bitcast=True), w8.to(tl.float8e4nv, bitcast=True), t)
         t = t.to(tl.float32)
         sz = tl.load(sz_ptr + g * N + offs_n, mask=mask_n, other=0)
-        s = (sz & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        s = sz_scale(sz)
         if ZPE:
             contrib = t * along1(s, SW)
         else:
@@ -335,7 +349,7 @@ def _w4a8_kernel(
                 rsa *= tl.load(as_rows[:, None] + offs_g[None, :], mask=mask_m[:, None] & mask_g[None, :], other=0.0)
             mask_gn = mask_g[:, None] & mask_n[None, :]
             szc = tl.load(sz_ptr + offs_g[:, None] * N + offs_n[None, :], mask=mask_gn, other=0)
-            sd = (szc & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * (szc >> 16).to(tl.float32)
+            sd = sz_scale(szc) * (szc >> 16).to(tl.float32)
             acc -= tl.dot(rsa, sd, input_precision=ZPE_PREC)
     if not GROUP_AS:
         acc *= tl.load(as_rows, mask=mask_m, other=0.0)[:, None]
