@@ -6,7 +6,7 @@ iteration and warp-instructions per weight — with 4 schedulers per SM issuing 
 issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``; the MMA kind in the PTX (wgmma with the A
 operand from registers or shared memory, mma.sync) and whether cp.async / TMA loads appear.
 ``[band[:name[,name...]]]`` limits the configs; decode also lists the ablation rows (``name:ablate``),
-prefill with a ``predeq`` config also the per-call unpack kernel (:func:`w4.unpack_w8`; no loop: its
+prefill with a ``predeq`` or ``blockwise`` config also the per-call unpack kernel (:func:`w4.unpack_w8`; no loop: its
 figures are the whole program, one [128, UNPACK_BN] tile).
 Figures depend on the Triton version (the GPU image runs 3.6: put a Triton 3.6 first on PYTHONPATH to
 see what the GPU will run).
@@ -105,6 +105,8 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
     if band == "decode":
         names |= {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE for ab in ("nodot", "noload")}
     for name in only or names:
+        if names[name].get("blockwise"):  # a library call, no kernel of ours past the unpack (listed below)
+            continue
         if names[name].get("gemv"):
             out += gemv_variants(name, names[name])
             continue
@@ -124,9 +126,10 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
                         cfg["BN"] * GROUP))
         if not (cfg["swap"] or cfg["apre"] or cfg["predeq"] or ":" in name):  # mxfp4: no swap / apre / predeq / ablate
             out.append((f"mxfp4 {band} {name}", _mxfp4_kernel, tiles, opts, cfg["BN"] * GROUP))
-    if any(names[n].get("predeq") for n in only or names):  # predeq's per-call unpack kernel (no loop)
-        for label, bits, int8 in (("int4 e4m3", 4, False), ("int5 e4m3", 5, False), ("int4 int8", 4, True)):
-            ce = dict(BITS=bits, INT8=int8, HW=True, BK=GROUP, BN=w4.UNPACK_BN)
+    if any(names[n].get("predeq") or names[n].get("blockwise") for n in only or names):  # the per-call unpack
+        for label, bits, int8, zfold in (("int4 e4m3", 4, False, False), ("int5 e4m3", 5, False, False),
+                                         ("int4 int8", 4, True, False), ("int4 e4m3 zfold", 4, False, True)):
+            ce = dict(BITS=bits, INT8=int8, HW=True, ZFOLD=zfold, BK=GROUP, BN=w4.UNPACK_BN)
             out.append((f"w4a8 unpack_w8 {label}", w4._unpack_w8_kernel, ce,
                         dict(num_warps=4, num_stages=3, maxnreg=None, int8=int8), GROUP * w4.UNPACK_BN))
     return out

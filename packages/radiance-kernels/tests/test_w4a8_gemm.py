@@ -214,6 +214,73 @@ def test_unpack_w8_bit_exact(bits, int8, device):
     assert torch.equal(got.cpu(), want.T.cpu())
 
 
+def test_unpack_w8_zfold_bit_exact(device):
+    """blockwise's operand: ``w8 = e4m3(q - z)`` (the zero folded in, exact for int4), zero-point extremes."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    codes, zeros, scales = weights(256, 96, 4, zkind="extremes", device=device)
+    w = prepare_codes(codes, zeros, scales, 4)
+    q, z, _ = unprepare(w)
+    want = e4m3.encode((q - z.repeat_interleave(128, 0)).double())
+    assert torch.equal(impl.unpack_w8(w, False, zfold=True).cpu(), want.T.cpu())
+
+
+def emulated_scaled_mm(a, b, scale_a, scale_b, out_dtype, out=None):
+    """``torch._scaled_mm``'s 1x128 x 1x128 recipe in fp64, asserting the layouts torch checks for it: ``a
+    [M, K]`` row-major e4m3, ``b [K, N]`` column-major, ``scale_a [M, K/128]`` M-contiguous, ``scale_b [K/128,
+    N]`` contiguous, M % 4 == 0 (cuBLASLt)."""
+    M, K = a.shape
+    N, G = b.shape[1], K // 128
+    assert a.dtype == b.dtype == torch.float8_e4m3fn and a.stride(1) == 1 and b.stride(0) == 1 and M % 4 == 0
+    assert scale_a.shape == (M, G) and scale_a.stride(0) == 1 and scale_a.stride(1) == M
+    assert scale_b.shape == (G, N) and scale_b.is_contiguous() and out_dtype == torch.bfloat16
+    da = e4m3.decode(a.view(torch.uint8)).double().view(M, G, 128)
+    db = e4m3.decode(b.t().contiguous().view(torch.uint8)).double().view(N, G, 128)
+    r = torch.einsum("mgk,ngk,mg,gn->mn", da, db, scale_a.double(), scale_b.double()).to(out_dtype)
+    if out is None:
+        return r
+    out.copy_(r)
+    return out
+
+
+@pytest.mark.parametrize("M,grouped", [(19, True), (20, False)])
+def test_blockwise_plumbing(M, grouped, monkeypatch, device):
+    """The blockwise config's operands and scales, fed to an emulation of the library call that checks the
+    layouts it requires: == reference per partition, rows past M untouched, M % 4 padding. (The library's own
+    numerics: the GPU full-shape test.)"""
+    from radiance_kernels.ops.w4a8_gemm import blockwise
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    monkeypatch.setattr(blockwise, "unsupported", lambda *a: None)
+    monkeypatch.setattr(torch, "_scaled_mm", emulated_scaled_mm)
+    P, K, N, bounds = 2, 256, 384, [0, 256, 384]
+    A, AS, RS, _ = acts(P, M, K, "e4m3", grouped, seed=5, device=device)
+    w = prepare_codes(*weights(K, N, 4, zkind="extremes", device=device), 4)
+    ref = call(A, AS, RS, w, bounds, False, "prefill", "reference")
+    out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device=device)
+    impl.gemm(A, AS, RS, w, bounds, False, "prefill", out=out, cfg=impl.PREFILL["blockwise"])
+    r, mx = gemm_error(out[:M], ref)
+    assert r <= REL and mx <= 4 * REL, (r, mx)
+    assert torch.all(out[M:] == 5.0)
+
+
+def test_blockwise_unsupported_raises(device):
+    """Asked for where it cannot run, the blockwise config names what it needs (no fallback to a kernel)."""
+    from radiance_kernels.ops.w4a8_gemm import blockwise
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    A, AS, RS, _ = acts(1, 70, 256, "int8", True, device=device)
+    w5 = prepare_codes(*weights(256, 128, 5, device=device), 5)
+    with pytest.raises(ValueError, match="blockwise prefill config needs int4 weights with e4m3"):
+        impl.gemm(A, AS, RS, w5, [0, 128], True, "prefill", cfg=impl.PREFILL["blockwise"])
+    if device == "cpu":
+        A, AS, RS, _ = acts(1, 70, 256, "e4m3", True, device=device)
+        w4 = prepare_codes(*weights(256, 128, 4, device=device), 4)
+        with pytest.raises(ValueError, match="needs an NVIDIA CUDA device"):
+            impl.gemm(A, AS, RS, w4, [0, 128], True, "prefill", cfg=impl.PREFILL["blockwise"])
+    assert blockwise.unsupported(torch.device("cpu"), 4, False).startswith("an NVIDIA CUDA device")
+
+
 @pytest.mark.parametrize("name,bits,elem,grouped,zpe", PREDEQ_VARIANTS)
 def test_prefill_predeq_configs(name, bits, elem, grouped, zpe, device):
     """Every pre-dequantised prefill config: kernel == reference (rows and, at BN=256, columns masked)."""
@@ -250,6 +317,8 @@ def test_config_knobs_raise():
         with pytest.raises(ValueError, match="predeq"):
             impl.config(256, 512, 384, band, True, {**impl.PREFILL["deq"], **knobs})
     assert impl.config(256, 512, 384, "prefill", True, impl.PREFILL["deq"])["predeq"]
+    with pytest.raises(ValueError, match="blockwise .* is a prefill config"):
+        impl.config(8, 512, 384, "decode", True, impl.PREFILL["blockwise"])
     assert not impl.config(256, 512, 384, "prefill", False, impl.PREFILL["k64"])["predeq"]  # not the default's
 
 
@@ -332,7 +401,8 @@ FULL_VARIANTS = [(4, "e4m3", False, False), (5, "int8", True, True), (5, "e4m3",
 
 def sweep(proj, ms, device):
     """Triton vs reference over ``ms`` for one projection, cycling the variants; rows past M untouched.
-    Prefill M also runs the pre-dequantised config "deq"."""
+    Prefill M also runs the pre-dequantised config "deq", and "blockwise" where it runs (int4 e4m3, sm_90)."""
+    from radiance_kernels.ops.w4a8_gemm import blockwise
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     K, N, P = proj.K, proj.N, proj.P
@@ -343,7 +413,8 @@ def sweep(proj, ms, device):
         w = ws[bits]
         A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device=device)
         ref = call(A, AS, RS, w, bounds, zpe, "auto", "reference")
-        for cfg in ["default"] + (["deq"] if M > impl.DECODE_MAX_M else []):
+        lib = [] if blockwise.unsupported(torch.device(device), bits, elem == "int8") else ["blockwise"]
+        for cfg in ["default"] + (["deq", *lib] if M > impl.DECODE_MAX_M else []):
             out = torch.full((M + 3, N), 5.0, dtype=torch.bfloat16, device=device)
             if cfg == "default":
                 call(A, AS, RS, w, bounds, zpe, "auto", "triton", out=out)
@@ -363,6 +434,23 @@ def test_sweep_small(device):
 @pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
 def test_full_shapes(proj):
     sweep(proj, FULL_MS, "cuda")
+
+
+@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
+@pytest.mark.parametrize("proj", shapes.projections(1), ids=lambda p: p.name)
+@pytest.mark.parametrize("M,grouped", [(130, True), (2048, False), (4100, True)])
+def test_blockwise_full_shapes(proj, M, grouped):
+    """The library path (int4 e4m3, rows padded to M % 4 at 130) against the reference at the 27B shapes."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    w = prepare_codes(*weights(proj.K, proj.N, 4, seed=proj.N, device="cuda"), 4)
+    A, AS, RS, _ = acts(proj.P, M, proj.K, "e4m3", grouped, seed=M, device="cuda")
+    ref = call(A, AS, RS, w, list(proj.bounds), False, "prefill", "reference")
+    out = torch.full((M + 3, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")
+    impl.gemm(A, AS, RS, w, list(proj.bounds), False, "prefill", out=out, cfg=impl.PREFILL["blockwise"])
+    r, mx = gemm_error(out[:M], ref)
+    assert r <= REL and mx <= 4 * REL, (M, grouped, r, mx)
+    assert torch.all(out[M:] == 5.0)
 
 
 @pytest.mark.parametrize("elem,granularity,zpe", [("e4m3", "token", False), ("int8", "group", True)])

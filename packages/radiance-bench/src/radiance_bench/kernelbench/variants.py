@@ -113,5 +113,7 @@ def prefill_variants(record, results: list, ceil: dict, M: int = 2048, names: li
                 continue
             wt = w4_weight(proj, bits, seed=0)
             for act, elem, gran, zpe in PREFILL_ACTS:
-                _rows(record, results, "prefill_variants", cfgs, "prefill", [wt], [rotate_quant(x, wt, elem, gran)],
+                runs = {n: c for n, c in cfgs.items()  # the library path: int4 weights, e4m3 activations only
+                        if not (c.get("blockwise") and (bits != 4 or elem != "e4m3"))}
+                _rows(record, results, "prefill_variants", runs, "prefill", [wt], [rotate_quant(x, wt, elem, gran)],
                       2 * M * proj.N * proj.K, meta, ceil, 8, zpe=zpe, act=act)

@@ -26,7 +26,9 @@ values as fp16 (exact, as are the K=16 sums in fp32). ``ablate``
 activations at small M run a separate CUDA-core kernel (:mod:`.gemv`, the "gemv" configs: the default to
 GEMV_MAX_M, per shape and width by the tuned table).
 ``predeq`` (prefill, :data:`PREFILL`): the KS loop reads a per-call 8-bit copy of the weights
-(:func:`unpack_w8`) instead of unpacking the packed words between the MMAs.
+(:func:`unpack_w8`) instead of unpacking the packed words between the MMAs. ``blockwise`` (prefill, int4 x e4m3,
+sm_90): that copy with the zero folded in goes to the library's block-scaled fp8 GEMM (:mod:`.blockwise`), the
+default there; the Triton loop is its portable twin.
 Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90, no GPU needed).
 """
 
@@ -37,7 +39,7 @@ import triton
 import triton.language as tl
 
 from radiance_kernels.backends import triton_interpreted
-from radiance_kernels.ops.w4a8_gemm import tuned
+from radiance_kernels.ops.w4a8_gemm import blockwise, tuned
 from radiance_kernels.ops.w4a8_gemm.reference import GROUP, W4Prepared, check_inputs, check_out
 from radiance_kernels.tl.bf16 import to_bf16
 from radiance_kernels.tl.e4m3 import e4m3_encode_sw
@@ -127,14 +129,18 @@ def w8_operand(c, INT8: tl.constexpr, HW: tl.constexpr):
 
 
 @triton.jit
-def _unpack_w8_kernel(wq_ptr, wh_ptr, w8_ptr, N, K, BITS: tl.constexpr, INT8: tl.constexpr, HW: tl.constexpr,
-                      BK: tl.constexpr, BN: tl.constexpr):
-    """``w8 [N, K]`` (K-contiguous) = :func:`w8_operand` of ``c = q - 2^(BITS-1)``, e4m3 as its uint8 bytes;
-    one [BK, BN] tile per program (grid K/BK x N/BN)."""
+def _unpack_w8_kernel(wq_ptr, wh_ptr, sz_ptr, w8_ptr, N, K, BITS: tl.constexpr, INT8: tl.constexpr, HW: tl.constexpr,
+                      ZFOLD: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr):
+    """``w8 [N, K]`` (K-contiguous) = :func:`w8_operand` of ``c = q - 2^(BITS-1)`` (ZFOLD: ``c - d = q - z``, the
+    group's zero folded in), e4m3 as its uint8 bytes; one [BK, BN] tile per program (grid K/BK x N/BN, BK = the
+    group)."""
     k0 = tl.program_id(0) * BK
     offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
     mask_n = offs_n < N
-    w = w8_operand(load_codes(wq_ptr, wh_ptr, k0, offs_n, mask_n, N, BITS, BK, BN) - (1 << (BITS - 1)), INT8, HW)
+    c = load_codes(wq_ptr, wh_ptr, k0, offs_n, mask_n, N, BITS, BK, BN) - (1 << (BITS - 1))
+    if ZFOLD:
+        c -= (tl.load(sz_ptr + tl.program_id(0) * N + offs_n, mask=mask_n, other=0) >> 16)[None, :]
+    w = w8_operand(c, INT8, HW)
     if not INT8:
         w = w.to(tl.uint8, bitcast=True)
     tl.store(w8_ptr + offs_n.to(tl.int64)[None, :] * K + k0 + tl.arange(0, BK)[:, None], w, mask=mask_n[None, :])
@@ -440,10 +446,12 @@ DECODE_DEFAULT = "nib8xpr"
 #: on each group's wgmma before folding it); "deqs4": a fourth stage; "deq64": two KS=64 steps; "deqm64"
 #: (64x128, 4 warps, "deqm64s2" 2 stages) and "deqn64" (128x64, 4 warps): two programs per SM, so one
 #: folds while the other's wgmma runs. (128x256 spilled 0.6-1.3 KB and ran at half speed: dropped.)
+#: "blockwise": no kernel of ours past the unpack — the library's 1x128-block-scaled fp8 GEMM on the same operand
+#: with the zero folded in (:mod:`.blockwise`; int4 e4m3 on sm_90 only, raises elsewhere; tile keys unused).
 def _tiles(**knobs) -> dict:
     """A complete prefill config (``predeq`` always set, so a named config passed as an override never
     inherits the default's)."""
-    return dict(GROUP_M=8, predeq=False) | knobs
+    return dict(GROUP_M=8, predeq=False, blockwise=False) | knobs
 
 
 PREFILL = {
@@ -457,10 +465,15 @@ PREFILL = {
     "deqm64": _tiles(BM=64, BN=128, KS=128, num_warps=4, num_stages=3, predeq=True),
     "deqm64s2": _tiles(BM=64, BN=128, KS=128, num_warps=4, num_stages=2, predeq=True),
     "deqn64": _tiles(BM=128, BN=64, KS=128, num_warps=4, num_stages=3, predeq=True),
+    "blockwise": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=3, blockwise=True),
 }
 PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), bit-identical output
+#: The prefill default where :mod:`.blockwise` runs (int4, e4m3, sm_90 with CUDA >= 12.9). H200 call 21 (int4 e4m3
+#: group, TF/s incl. the per-call unpack, blockwise / deqm64): M = 2048 qkv 839 / 453, gate_up 910 / 462, down 924 /
+#: 462; M = 8192 997-1011 / 466-483; at M = 128 it wins down and gate_up, not qkv (the tuned table says per shape).
+BLOCKWISE_DEFAULT = "blockwise"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8", "swap",
-         "ablate", "maxnreg", "apre", "gemv", "predeq"}
+         "ablate", "maxnreg", "apre", "gemv", "predeq", "blockwise"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -499,7 +512,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, gemv=False, predeq=False)
+                apre=False, gemv=False, predeq=False, blockwise=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -514,6 +527,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError("w4a8_gemm config: swap / apre / ablate act on the nib8 loop and need dot16=True, nib8=True")
     if cfg["ablate"] != "none" and cfg["BM"] != 16:
         raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
+    if cfg["blockwise"] and band == "decode":
+        raise ValueError("w4a8_gemm config: blockwise (the library block-scaled GEMM) is a prefill config")
     if cfg["predeq"] and (band == "decode" or cfg["dot16"] or cfg["nib8"]):
         raise ValueError("w4a8_gemm config: predeq runs the prefill band's 8-bit dot loop (no decode, dot16, nib8)")
     if band == "decode" and not cfg["gemv"]:  # BM x BN <= 4096: at BM=64 a 128-wide tile spills ~800 B (ptxas)
@@ -539,14 +554,15 @@ def resolve_band(band: str, M: int, op: str) -> str:
 
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
            tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, prefill: str = PREFILL_DEFAULT,
-           gemv=None, unpacked=None,
+           gemv=None, unpacked=None, blockwise=None,
            **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, ws, out, cnt, M, N, K, b1, b2, stride_om,
     groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` ... ``PREDEQ`` where the kernel
     has them); ``cfg`` overrides the tile config, ``decode`` names the decode default (:func:`config`); a
     ``gemv`` config runs the op's CUDA-core kernel ``gemv`` (same arguments up to BK, ``BITS`` /
     ``GROUP_AS``). ``unpacked()`` (where the kernel has PREDEQ) gives the call's 8-bit weight operand, which
-    replaces the packed weights ``tensors[3]`` when the config sets ``predeq``."""
+    replaces the packed weights ``tensors[3]`` when the config sets ``predeq``; a ``blockwise`` config returns
+    ``blockwise(out)`` (the op's library path) instead of a kernel launch."""
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError(f"{op}: the triton backend needs contiguous weights (prepare() output, unsliced)")
     if out is None:
@@ -567,6 +583,10 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if gemv is None and cfg and cfg.get("gemv"):
         raise ValueError(f"{op}: has no gemv kernel (a W4A8 GEMM knob)")
     cfg = config(M, N, K, band, interp, cfg, decode, prefill)
+    if cfg["blockwise"]:
+        if blockwise is None:
+            raise ValueError(f"{op}: has no blockwise path (a W4A8 GEMM prefill config)")
+        return blockwise(out)
     if cfg["gemv"]:
         kernel, has_dot16 = gemv, False
     if cfg["reduce"] not in ("host", "kernel"):
@@ -609,11 +629,20 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
     from radiance_kernels.ops.w4a8_gemm.gemv import _w4a8_gemv_kernel  # it imports this module's tile helpers
 
     int8 = A.dtype == torch.int8
+    A, AS = A.contiguous(), AS.contiguous()
+    no_blockwise = blockwise.unsupported(A.device, w.bits, int8)
+
+    def library(out):
+        if no_blockwise:
+            raise ValueError(f"w4a8_gemm: the blockwise prefill config needs {no_blockwise}")
+        return blockwise.gemm(A, AS, w, bounds, out, lambda: unpack_w8(w, False, zfold=True))
+
     return launch(
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
-        (A.contiguous(), AS.contiguous(), RS.contiguous(), w.wq, wh, w.sz), cfg,
+        (A, AS, RS.contiguous(), w.wq, wh, w.sz), cfg,
         gemv=_w4a8_gemv_kernel, decode=GEMV_DEFAULT if int8 and GEMV_MAX_M >= M else DECODE_DEFAULT,
-        unpacked=lambda: unpack_w8(w, int8),
+        prefill=PREFILL_DEFAULT if no_blockwise else BLOCKWISE_DEFAULT,
+        unpacked=lambda: unpack_w8(w, int8), blockwise=library,
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
@@ -622,14 +651,14 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
 UNPACK_BN = 64  # the unpack kernel's tile: one 128-group x 64 columns (4 warps, 64 codes per thread)
 
 
-def unpack_w8(w: W4Prepared, int8: bool) -> torch.Tensor:
+def unpack_w8(w: W4Prepared, int8: bool, zfold: bool = False) -> torch.Tensor:
     """The ``predeq`` weight operand ``w8 [N, K]`` (K-contiguous, as fp8 / int8 wgmma wants both operands):
-    ``c = q - 2^(b-1)`` as e4m3 bytes (uint8) for e4m3 activations, int8 for int8 activations; one launch,
-    a fresh buffer per call (N*K bytes)."""
+    ``c = q - 2^(b-1)`` (``zfold``: ``q - z``, :mod:`.blockwise`'s operand) as e4m3 bytes (uint8) for e4m3
+    activations, int8 for int8 activations; one launch, a fresh buffer per call (N*K bytes)."""
     K, N = w.wq.shape[0] * 8, w.wq.shape[1]
     w8 = torch.empty(N, K, dtype=torch.int8 if int8 else torch.uint8, device=w.wq.device)
     _unpack_w8_kernel[(K // GROUP, triton.cdiv(N, UNPACK_BN))](
-        w.wq, w.wh if w.bits == 5 else w.wq, w8, N, K, BITS=w.bits, INT8=int8, HW=not triton_interpreted(), BK=GROUP,
-        BN=UNPACK_BN, num_warps=4,
+        w.wq, w.wh if w.bits == 5 else w.wq, w.sz, w8, N, K, BITS=w.bits, INT8=int8, HW=not triton_interpreted(),
+        ZFOLD=zfold, BK=GROUP, BN=UNPACK_BN, num_warps=4,
     )
     return w8
