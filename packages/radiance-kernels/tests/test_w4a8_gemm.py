@@ -146,7 +146,8 @@ def test_decode_configs(name, bits, elem, grouped, zpe, device):
 
 
 @pytest.mark.parametrize("name,bits,grouped,M,N", [("gemv", 4, False, 1, 512), ("gemv", 5, True, 16, 384),
-                                                     ("gemv256", 4, True, 5, 384), ("gemv1k", 5, False, 3, 512)])
+                                                     ("gemv256", 4, True, 5, 384), ("gemv1k", 5, False, 3, 512),
+                                                     ("gemv_o16", 4, True, 2, 512), ("gemv128_o16", 5, True, 1, 384)])
 def test_gemv_configs(name, bits, grouped, M, N, device):
     """The CUDA-core int8 decode kernel at 3 splits, P = 2, ragged N (clamped loads, masked stores) ==
     reference: exact integer dot products, so only the fp32 fold order differs."""

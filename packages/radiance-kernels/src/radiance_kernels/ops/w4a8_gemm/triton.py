@@ -392,11 +392,15 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: "nib8xp" is nib8x with it (209 regs, 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr"
 #: capped at 168 registers (3 programs per SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126
 #: registers with 3.6: 4 per SM; 214 with 3.7.1). "gemv" / "gemv256" / "gemv1k" (int8 activations, M <= GEMV_BM_MAX;
-#: "gemv" the default at M <= GEMV_MAX_M): no MMA — the CUDA-core kernel of :mod:`.gemv`, 4-way byte dot products on
+#: "gemv_o8" the default at M <= GEMV_MAX_M): no MMA — the CUDA-core kernel of :mod:`.gemv`, 4-way byte dot products on
 #: BN columns x all tokens (ptxas sm_90, M=1: 40 registers, 0.047 warp-instructions per weight; no barriers and no
 #: operand staging in its loop). BN is capped at 2048 / BM (BM=16 x 256 spills). H200 call 11 (M=1, us, vs the best
-#: e4m3 tensor-core config): qkv 20.3 vs 26.6, gate_up 41.4 vs 57.8, down 29.6 vs 33.2. Splits: "occ" aims at occ
-#: programs per SM, otherwise :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16
+#: e4m3 tensor-core config): qkv 20.3 vs 26.6, gate_up 41.4 vs 57.8, down 29.6 vs 33.2. Its "_o8" / "_o16" siblings
+#: split the groups over 8 / 16 programs per SM (40 registers allow 16): the loop keeps few loads in flight per
+#: thread, so memory parallelism comes from resident warps. H200 call 22 (int4, us, gemv / best of _o8, _o16,
+#: 256_o16): M=1 qkv 20.7 / 17.9, gate_up 43.4 / 34.0, down 30.1 / 22.6; M=2 gate_up 63.2 / 36.5; M=4 it beats the
+#: MMA loop on qkv, gate_up, in_proj, o_proj (gate_up 53.4 vs 61.2). Splits: "occ" aims at occ programs per SM,
+#: otherwise :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16
 #: i.e. M <= 16): "nodot" weight loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups
 #: re-read (L2-resident: no DRAM weight stream) (:data:`ABLATIONS`).
 def _loop(**knobs) -> dict:
@@ -419,6 +423,10 @@ DECODE = {
     "gemv": _loop(BN=512, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
     "gemv256": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
     "gemv1k": _loop(BN=1024, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True),
+    "gemv_o8": _loop(BN=512, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=8),
+    "gemv_o16": _loop(BN=512, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16),
+    "gemv256_o16": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16),
+    "gemv128_o16": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16),
 }
 #: int8 activations at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width), above it the nib8 MMA loop: ``dp4a`` issues at ~16 lanes / clock / SM
@@ -427,7 +435,7 @@ DECODE = {
 #: fifth-bit unpack: gate_up 99 vs 127 us).
 GEMV_MAX_M = 2
 GEMV_BM_MAX = 16  # the kernel's token tile limit (registers)
-GEMV_DEFAULT = "gemv"
+GEMV_DEFAULT = "gemv_o8"
 ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
 #: H200 call 6 (Triton 3.6, int4, e4m3 per-group, M=8, us; nib8x / nib8xpr): qkv 42.4 / 28.5, o_proj
 #: 27.0 / 21.0, gate_up 86.8 / 65.5, down 54.8 / 36.9 — best or within 9 % of the best config on every
