@@ -381,28 +381,29 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: summed in the kernel (last-arriving program, split order), fp16 dot. "nib8": one K=16 dot per nibble index, the
 #: packed words go straight to the mma operand layout; "nib8w": its 256-wide tile on 8 warps; "nib8x": 256 wide on 4
 #: warps (per-warp activation work over twice the columns; 188 registers, 2 programs per SM). Nibble pairs share one
-#: shift (:func:`dot16` SH). "swap" (swap-AB): the same nib8 loop in the transposed frame, ``outT [BN, BM] = (q -
-#: off) [BN, K] · aT [K, BM]``, so the register-unpacked weight tile is the MMA's M side (wgmma on sm_90, A from
-#: registers) and the token tile (16) its N; BN=128 on 4 warps (ptxas sm_90: 217 registers, no spill with Triton
-#: 3.6). It takes each group's activations one group ahead (``apre``). Meant for M <= 16 (BM=16): at BM=64 it spills
-#: 256 B. H200 call 6 (M=8) put it behind nib8xpr everywhere (qkv 36.1 vs 28.5 us); its register-capped and 256-wide
-#: siblings (swapr / swapw / swapx) were slower still and are gone. ``apre``: the group's activations as one tile
-#: loaded a group ahead, the 8 nibble planes split in registers (the per-plane loads each sit behind a dot's
-#: operand-staging barrier: one L2 round trip per dot on the critical path, ~3 us per group per program in nib8x);
-#: "nib8xp" is nib8x with it (209 regs, 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr"
-#: capped at 168 registers (3 programs per SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126
-#: registers with 3.6: 4 per SM; 214 with 3.7.1). "gemv" / "gemv256" / "gemv1k" (int8 activations, M <= GEMV_BM_MAX;
-#: "gemv_o8" the default at M <= GEMV_MAX_M): no MMA — the CUDA-core kernel of :mod:`.gemv`, 4-way byte dot products on
-#: BN columns x all tokens (ptxas sm_90, M=1: 40 registers, 0.047 warp-instructions per weight; no barriers and no
-#: operand staging in its loop). BN is capped at 2048 / BM (BM=16 x 256 spills). H200 call 11 (M=1, us, vs the best
-#: e4m3 tensor-core config): qkv 20.3 vs 26.6, gate_up 41.4 vs 57.8, down 29.6 vs 33.2. Its "_o8" / "_o16" siblings
-#: split the groups over 8 / 16 programs per SM (40 registers allow 16): the loop keeps few loads in flight per
-#: thread, so memory parallelism comes from resident warps. H200 call 22 (int4, us, gemv / best of _o8, _o16,
-#: 256_o16): M=1 qkv 20.7 / 17.9, gate_up 43.4 / 34.0, down 30.1 / 22.6; M=2 gate_up 63.2 / 36.5; M=4 it beats the
-#: MMA loop on qkv, gate_up, in_proj, o_proj (gate_up 53.4 vs 61.2). Splits: "occ" aims at occ programs per SM,
-#: otherwise :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16
-#: i.e. M <= 16): "nodot" weight loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups
-#: re-read (L2-resident: no DRAM weight stream) (:data:`ABLATIONS`).
+#: shift (:func:`dot16` SH). "swap" (swap-AB): the same nib8 loop in the transposed frame, ``outT [BN, BM] = (q - off)
+#: [BN, K] · aT [K, BM]``, so the register-unpacked weight tile is the MMA's M side (wgmma on sm_90, A from registers)
+#: and the token tile (16) its N; BN=128 on 4 warps (ptxas sm_90: 217 registers, no spill with Triton 3.6). It takes
+#: each group's activations one group ahead (``apre``). Meant for M <= 16 (BM=16): at BM=64 it spills 256 B. H200 call 6
+#: (M=8) put it behind nib8xpr everywhere (qkv 36.1 vs 28.5 us); its register-capped and 256-wide siblings (swapr /
+#: swapw / swapx) were slower still and are gone. ``apre``: the group's activations as one tile loaded a group ahead,
+#: the 8 nibble planes split in registers (the per-plane loads each sit behind a dot's operand-staging barrier: one L2
+#: round trip per dot on the critical path, ~3 us per group per program in nib8x); "nib8xp" is nib8x with it (209 regs,
+#: 1044 loop instructions with Triton 3.6 vs nib8x's 168 and 1173), "nib8xpr" capped at 168 registers (3 programs per
+#: SM; no spill with 3.6, 236 B with 3.7.1), "nib8p" nib8 with it (126 registers with 3.6: 4 per SM; 214 with 3.7.1;
+#: capped at 96 / 80 registers for 5 / 6 per SM it ran no faster, H200 call 24: gate_up M=8 62.3 / 82.9 vs 69.0 us, qkv
+#: 33.0 / 42.1 vs 33.1 — residency is not this loop's limit). "gemv" / "gemv256" / "gemv1k" (int8 activations, M <=
+#: GEMV_BM_MAX; "gemv_o8" the default at M <= GEMV_MAX_M): no MMA — the CUDA-core kernel of :mod:`.gemv`, 4-way byte dot
+#: products on BN columns x all tokens (ptxas sm_90, M=1: 40 registers, 0.047 warp-instructions per weight; no barriers
+#: and no operand staging in its loop). BN is capped at 2048 / BM (BM=16 x 256 spills). H200 call 11 (M=1, us, vs the
+#: best e4m3 tensor-core config): qkv 20.3 vs 26.6, gate_up 41.4 vs 57.8, down 29.6 vs 33.2. Its "_o8" / "_o16" siblings
+#: split the groups over 8 / 16 programs per SM (40 registers allow 16): the loop keeps few loads in flight per thread,
+#: so memory parallelism comes from resident warps. H200 call 22 (int4, us, gemv / best of _o8, _o16, 256_o16): M=1 qkv
+#: 20.7 / 17.9, gate_up 43.4 / 34.0, down 30.1 / 22.6; M=2 gate_up 63.2 / 36.5; M=4 it beats the MMA loop on qkv,
+#: gate_up, in_proj, o_proj (gate_up 53.4 vs 61.2). Splits: "occ" aims at occ programs per SM, otherwise
+#: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight
+#: loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
+#: stream) (:data:`ABLATIONS`).
 def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
