@@ -63,10 +63,23 @@ def test_triton_equals_reference_bytewise(device, dtype, P, M, K):
         assert_same(got, want)
 
 
+def test_default_config_follows_m(monkeypatch):
+    """A launch naming no config gets the small-M config up to SMALL_M rows and the default above."""
+    assert st.default_config(1) == st.default_config(st.SMALL_M) == st.SMALL_M_DEFAULT != st.DEFAULT
+    assert st.default_config(st.SMALL_M + 1) == st.DEFAULT
+    seen = []
+    monkeypatch.setattr(st, "_prologue_kernel", type("K", (), {"__getitem__": lambda self, grid: lambda *a, **kw:
+                                                               seen.append(kw["BM"])})())
+    for M in (3, 40):
+        rq_triton.rotate_quant(torch.zeros(M, 128), *random_rotations(1, 128), "e4m3", "group")
+    assert seen == [st.CONFIGS[st.SMALL_M_DEFAULT]["BM"], st.CONFIGS[st.DEFAULT]["BM"]]
+
+
 @pytest.mark.parametrize("cfg", sorted(set(st.CONFIGS) - {st.DEFAULT}))
 def test_every_config_equals_reference_bytewise(device, cfg):
     """The named launch configs (rows per program, warps, per-token scratch or recompute) against the
-    reference; the default config is the one the other tests run. M=37 leaves a partial block at every BM."""
+    reference; the default config is the one the other tests run (the small-M one at M <= SMALL_M). M=37 leaves
+    a partial block at every BM."""
     P, M, K = 2, 37, 256
     x = activations(M, K, torch.bfloat16, seed=5, device=device)
     recs = random_rotations(P, K, seed=11, device=device)

@@ -129,9 +129,9 @@ def test_add_rms_split_choice(device, monkeypatch):
 
     monkeypatch.setattr(st, "_ss_partials_kernel", Spy())
     outs = []
-    for programs in (1, 2):  # the row-wide grid here is one program
+    for programs in (1, 2):  # the row-wide grid here is one program (8 rows, BM 16)
         monkeypatch.setattr(st, "SPLIT_PROGRAMS", programs)
-        outs.append(launch("add_rms", a, b, w, store_hs=True))
+        outs.append(launch("add_rms", a, b, w, store_hs=True, cfg=st.DEFAULT))
     assert grids == [(1, 2)]
     assert all(torch.equal(outs[0][k], outs[1][k]) for k in ("hs", "residual"))
     with pytest.raises(ValueError, match="split=True applies to add_rms"):

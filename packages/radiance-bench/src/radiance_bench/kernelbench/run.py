@@ -1,9 +1,9 @@
 """``python -m radiance_bench.kernelbench.run --out DIR``: every kernel bench of issue 6 in one run.
 
 Sections (``--sections``): ceilings, decode, producer_decode, skinny, prefill, producer, stack, and the A/B
-sections decode_variants, prefill_variants, producer_variants (``--configs`` picks named configs, ``--decode-m``
-and ``--prefill-m`` their M). Each figure is recorded with the ceiling and peers measured in the same process; the JSON
-holds everything, the printed table the ratios the bars are stated in.
+sections decode_variants, prefill_variants, producer_variants (``--configs`` picks named configs, ``--decode-m``,
+``--prefill-m`` and ``--producer-m`` their M). Each figure is recorded with the ceiling and peers measured in the
+same process; the JSON holds everything, the printed table the ratios the bars are stated in.
 """
 
 from __future__ import annotations
@@ -226,9 +226,10 @@ def prefill_variants(results: list, ceil: dict, ms=(2048,), names=None) -> None:
         variants.prefill_variants(partial(_record, results), results, ceil, M=M, names=names)
 
 
-def producer_variants(results: list, ceil: dict, names=None) -> None:
+def producer_variants(results: list, ceil: dict, ms=(8192,), names=None) -> None:
     """A/B of the rotate+quant producer's named launch configs (:mod:`.producer_variants`)."""
-    pv.producer_variants(partial(_record, results), results, ceil, names=names)
+    for M in ms:
+        pv.producer_variants(partial(_record, results), results, ceil, M=M, names=names)
 
 
 def main(argv=None) -> int:
@@ -237,12 +238,13 @@ def main(argv=None) -> int:
     ap.add_argument("--sections", nargs="*", default=list(SECTIONS))
     ap.add_argument("--decode-m", nargs="*", type=int, default=list(DECODE_M), help="M of decode_variants")
     ap.add_argument("--prefill-m", nargs="*", type=int, default=[2048], help="M of prefill_variants")
+    ap.add_argument("--producer-m", nargs="*", type=int, default=[8192], help="M of producer_variants")
     ap.add_argument("--bits", nargs="*", type=int, default=[4], help="weight widths of decode_variants")
     ap.add_argument("--configs", nargs="*", default=None, help="named configs of the *_variants sections")
     args = ap.parse_args(argv)
     options = {"decode_variants": dict(ms=tuple(args.decode_m), names=args.configs, bits=tuple(args.bits)),
                "prefill_variants": dict(ms=tuple(args.prefill_m), names=args.configs),
-               "producer_variants": dict(names=args.configs)}
+               "producer_variants": dict(ms=tuple(args.producer_m), names=args.configs)}
     args.out.mkdir(parents=True, exist_ok=True)
     import triton
 

@@ -110,8 +110,8 @@ def quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols,
 def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, hw: bool = False, out=None,
                  cfg: str | None = None):
     """Triton ``rotate_quant`` (same contract as the reference); returns {"A", "AS", "RS"}. ``cfg`` names a
-    launch configuration of :data:`radiance_kernels.ops.stream.triton.CONFIGS` (None: the default)."""
-    from radiance_kernels.ops.stream.triton import DEFAULT, launch
+    launch configuration of :data:`radiance_kernels.ops.stream.triton.CONFIGS` (None: the default for M)."""
+    from radiance_kernels.ops.stream.triton import launch
 
     return launch("none", x, rotation=(pairs, theta, channel_scales), elem=elem, granularity=granularity,
-                  hw=hw, out=out, cfg=DEFAULT if cfg is None else cfg)
+                  hw=hw, out=out, cfg=cfg)

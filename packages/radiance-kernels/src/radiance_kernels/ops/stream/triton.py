@@ -52,6 +52,16 @@ CONFIGS = {
     "bm4w4": dict(BM=4, num_warps=4, scratch=True),
 }
 DEFAULT = "bm16w4"
+#: The default at M <= SMALL_M (decode): one row per warp, so the tables need no per-layer conversion through
+#: shared memory and its barriers, which at a few rows are the latency of the launch. H200 call 25 (rotate_quant,
+#: K = 5120, P = 1..3, us, bm16w4 -> bm4w4): M = 1 e4m3 group 7.1-7.3 -> 4.1-4.2, per token 13.2-13.5 -> 7.4-7.8,
+#: int8 6.8-6.9 -> 4.1-4.2; M = 8 6.3-6.5 -> 3.7-4.1. At M = 64 it wins P = 1 only; at 8192 it is 1.2-1.8x slower.
+SMALL_M, SMALL_M_DEFAULT = 16, "bm4w4"
+
+
+def default_config(M: int) -> str:
+    """The launch config a caller that names none gets for M rows."""
+    return SMALL_M_DEFAULT if M <= SMALL_M else DEFAULT
 #: The row-wide kinds (add+RMSNorm, per-token with a scratch) split their groups over the grid
 #: (``split``) while the row-wide grid, P x cdiv(M, BM) programs, is below this: ~4 resident 4-warp
 #: programs on each of the H200's 132 SMs, from where other programs hide the row-wide walk's per-group
@@ -297,14 +307,15 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight: torch.Tensor | None = None,
            eps: float = 0.0, rotation=None, elem: str | None = None, granularity: str | None = None,
            store_hs: bool = False, hw: bool = False, out: dict[str, torch.Tensor] | None = None,
-           cfg: str = DEFAULT, split: bool | None = None) -> dict[str, torch.Tensor]:
-    """Run the prologue kernel; returns the outputs by name: ``hs`` (and ``residual`` for the norms) when
-    ``store_hs``, ``A``/``AS``/``RS`` when ``rotation`` = (pairs [P,krot,K], theta, channel_scales) is given.
-    ``out`` may hold preallocated buffers by the same names (tests poison them). Argument checks are the
-    callers' (the op wrappers); ``cfg`` names an entry of :data:`CONFIGS`. ``split`` (add+RMSNorm, or per-token
-    with a scratch config): fold the sum of squares / the row amax from per-group partials written in
-    parallel instead of walking the row (None: split while the row-wide grid has fewer than
-    :data:`SPLIT_PROGRAMS` programs); asked of any other launch it raises."""
+           cfg: str | None = None, split: bool | None = None) -> dict[str, torch.Tensor]:
+    """Run the prologue kernel; returns the outputs by name: ``hs`` (and ``residual`` for the norms) when ``store_hs``,
+    ``A``/``AS``/``RS`` when ``rotation`` = (pairs [P,krot,K], theta, channel_scales) is given. ``out`` may hold
+    preallocated buffers by the same names (tests poison them). Argument checks are the callers' (the op wrappers);
+    ``cfg`` names an entry of :data:`CONFIGS` (None: :func:`default_config`). ``split`` (add+RMSNorm, or per-token with
+    a scratch config): fold the sum of squares / the row amax from per-group partials written in parallel instead of
+    walking the row (None: split while the row-wide grid has fewer than :data:`SPLIT_PROGRAMS` programs); asked of any
+    other launch it raises."""
+    cfg = default_config(a.shape[0]) if cfg is None else cfg
     if cfg not in CONFIGS:
         raise ValueError(f"prologue cfg {cfg!r} is not one of {sorted(CONFIGS)}")
     bm, num_warps, scratch = CONFIGS[cfg]["BM"], CONFIGS[cfg]["num_warps"], CONFIGS[cfg]["scratch"]
