@@ -16,17 +16,20 @@ of ``out`` in place. The portable twin is the Triton ``predeq`` loop (same opera
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 
-from radiance_kernels.ops.w4a8_gemm.reference import GROUP, W4Prepared
+from radiance_kernels.ops.w4a8_gemm.reference import GROUP, W4Prepared, group_scales
 
 #: cuBLASLt's 1x128 x 1x128 fp8 recipe: torch's CUDA build from 12.9, NVIDIA compute capability 9.0.
 MIN_CUDA = (12, 9)
 CAPABILITY = (9, 0)
 
 
+@cache
 def unsupported(device: torch.device, bits: int, int8: bool) -> str | None:
-    """Why the ``blockwise`` config cannot run here (None: it can)."""
+    """Why the ``blockwise`` config cannot run here (None: it can); asked once per (device, bits, element)."""
     if bits != 4 or int8:
         return f"int4 weights with e4m3 activations only (got int{bits}, {'int8' if int8 else 'e4m3'}: " \
                "q - z is not exact in e4m3 past 16 / int8 activations have no block-scaled library GEMM)"
@@ -59,7 +62,7 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, w: W4Prepared, bounds: list[int], ou
     G = K // GROUP
     rows = -(-M // 4) * 4  # cuBLASLt wants M % 4 == 0: zero rows in, their outputs dropped
     w8 = unpack().view(torch.float8_e4m3fn)
-    s = (w.sz & 0xFFFF).to(torch.int16).view(torch.float16).float()  # [G, N]
+    s = group_scales(w.sz).float()
     for p in range(P):
         lo, hi = bounds[p], bounds[p + 1]
         a = A[p].view(torch.float8_e4m3fn)

@@ -95,11 +95,15 @@ def unprepare(w: W4Prepared) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         wh = w.wh.to(torch.int64) & 0xFFFFFFFF
         bit = torch.arange(32, device=wq.device, dtype=torch.int64)
         q = q | (((wh[:, None, :] >> bit[None, :, None]) & 1).reshape(K8 * 8, N) << 4)
-    sz = w.sz.to(torch.int64)
-    lo, hi = sz & 0xFFFF, (sz >> 16) & 0xFFFF
-    scales = torch.where(lo >= 2**15, lo - 2**16, lo).to(torch.int16).view(torch.float16)
+    hi = (w.sz.to(torch.int64) >> 16) & 0xFFFF
     d = torch.where(hi >= 2**15, hi - 2**16, hi)
-    return q, d + (1 << (w.bits - 1)), scales
+    return q, d + (1 << (w.bits - 1)), group_scales(w.sz)
+
+
+def group_scales(sz: torch.Tensor) -> torch.Tensor:
+    """The fp16 group scales ``s [G, N]`` held in bits 0..15 of the ``sz`` words."""
+    lo = sz.to(torch.int32) & 0xFFFF
+    return torch.where(lo >= 2**15, lo - 2**16, lo).to(torch.int16).view(torch.float16)
 
 
 def check_inputs(A, AS, RS, w: W4Prepared, bounds: list[int], op: str) -> tuple[int, int, int, int, bool]:
