@@ -399,8 +399,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: best e4m3 tensor-core config): qkv 20.3 vs 26.6, gate_up 41.4 vs 57.8, down 29.6 vs 33.2. Its "_o8" / "_o16" siblings
 #: split the groups over 8 / 16 programs per SM (40 registers allow 16): the loop keeps few loads in flight per thread,
 #: so memory parallelism comes from resident warps. H200 call 22 (int4, us, gemv / best of _o8, _o16, 256_o16): M=1 qkv
-#: 20.7 / 17.9, gate_up 43.4 / 34.0, down 30.1 / 22.6; M=2 gate_up 63.2 / 36.5; M=4 it beats the MMA loop on qkv,
-#: gate_up, in_proj, o_proj (gate_up 53.4 vs 61.2). Splits: "occ" aims at occ programs per SM, otherwise
+#: 20.7 / 17.9, gate_up 43.4 / 34.0, down 30.1 / 22.6; M=2 gate_up 63.2 / 36.5; M=4 it beats the MMA loop on all but
+#: down (gate_up 53.4 vs 61.2). Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight
 #: loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
 #: stream) (:data:`ABLATIONS`).
