@@ -14,6 +14,7 @@ see what the GPU will run).
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -136,13 +137,15 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
 
 
 def gemv_variants(name: str, knobs: dict) -> list:
-    """The CUDA-core int8 decode kernel (:mod:`w4a8_gemm.gemv`) at M = 1, 4, 8, 16 (int4) and 8 (int5)."""
+    """The CUDA-core decode kernel (:mod:`w4a8_gemm.gemv`), int8 and e4m3 activations, at M = 1, 4, 8, 16 (int4)
+    and 8 (int5)."""
     out = []
-    for M, bits in ((1, 4), (4, 4), (8, 4), (16, 4), (8, 5)):
+    for (M, bits), int8 in itertools.product(((1, 4), (4, 4), (8, 4), (16, 4), (8, 5)), (True, False)):
         cfg = w4.config(M, 14336, 5120, "decode", False, knobs)
-        ce = dict(BITS=bits, GROUP_AS=True, SPLIT=2, HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, PTX=True)
-        opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], maxnreg=None, int8=True)
-        out.append((f"w4a8 decode {name} M={M} int{bits} int8 group", _w4a8_gemv_kernel, ce, opts, cfg["BN"] * GROUP))
+        ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, PTX=True)
+        opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], maxnreg=None, int8=int8)
+        out.append((f"w4a8 decode {name} M={M} int{bits} {'int8' if int8 else 'e4m3'} group", _w4a8_gemv_kernel, ce,
+                    opts, cfg["BN"] * GROUP))
     return out
 
 

@@ -145,16 +145,18 @@ def test_decode_configs(name, bits, elem, grouped, zpe, device):
     assert r <= REL and mx <= 4 * REL, (r, mx)
 
 
+@pytest.mark.parametrize("elem", ["int8", "e4m3"])
 @pytest.mark.parametrize("name,bits,grouped,M,N", [("gemv", 4, False, 1, 512), ("gemv", 5, True, 16, 384),
-                                                     ("gemv256", 4, True, 5, 384), ("gemv1k", 5, False, 3, 512),
-                                                     ("gemv_o16", 4, True, 2, 512), ("gemv128_o16", 5, True, 1, 384)])
-def test_gemv_configs(name, bits, grouped, M, N, device):
-    """The CUDA-core int8 decode kernel at 3 splits, P = 2, ragged N (clamped loads, masked stores) ==
-    reference: exact integer dot products, so only the fp32 fold order differs."""
+                                                     ("gemv256", 4, True, 5, 400), ("gemv1k", 5, False, 3, 512),
+                                                     ("gemv_o16", 4, True, 2, 512), ("gemv128_o16", 5, True, 1, 400)])
+def test_gemv_configs(name, bits, grouped, M, N, elem, device):
+    """The CUDA-core decode kernel at 3 splits, P = 2, ragged N (masked loads and stores) == reference:
+    int8 exact integer dot products, e4m3 exact products of biased codes (fp32 sums), so only the fp32
+    summation order differs."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, K, bounds = 2, 384, [0, 128, N]
-    A, AS, RS, _ = acts(P, M, K, "int8", grouped, seed=M, device=device)
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device=device)
     w = prepare_codes(*weights(K, N, bits, device=device), bits)
     ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
     out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device=device)
@@ -165,8 +167,8 @@ def test_gemv_configs(name, bits, grouped, M, N, device):
 
 
 def test_int8_decode_runs_gemv_by_default(monkeypatch, device):
-    """int8 activations at M <= GEMV_MAX_M take the gemv kernel with no cfg, above it (and e4m3 at any M)
-    the MMA kernel; the gemv knob with e4m3 activations is refused by name."""
+    """int8 activations at M <= GEMV_MAX_M take the gemv kernel with no cfg, above it (and e4m3 at any M,
+    where only a tuned table or a cfg picks it) the MMA kernel."""
     from radiance_kernels.ops.w4a8_gemm import gemv
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
@@ -189,8 +191,6 @@ def test_int8_decode_runs_gemv_by_default(monkeypatch, device):
                           call(A, AS, RS, w, [0, 256], True, "auto", "reference"))
         assert r <= REL
     assert launched == ["_w4a8_gemv_kernel", "_w4a8_kernel", "_w4a8_kernel"]
-    with pytest.raises(ValueError, match="int8 activations only"):
-        impl.gemm(A, AS, RS, w, [0, 256], False, "decode", cfg=impl.DECODE["gemv"])
 
 
 #: (config, bits, elem, grouped, zpe): each predeq config with both activation elements and both widths.
@@ -349,6 +349,8 @@ def test_ablations_run(name, ablate, device):
 @pytest.mark.parametrize("kind,zkind,P",
                          [("subnormal", "random", 3), ("normal", "extreme", 1), ("subnormal", "extreme", 2)])
 def test_triton_edge_codes(kind, zkind, P, device):
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
     M, K, N = 16, 384, 384
     bounds = [0, 128, 256, 384][: P] + [N]
     for bits, zpe in [(4, False), (5, True)]:
@@ -359,9 +361,12 @@ def test_triton_edge_codes(kind, zkind, P, device):
         w = prepare_codes(codes, zeros, scales, bits)
         ref = call(A, AS, RS, w, bounds, zpe, "auto", "reference")
         assert_rounds_exact(ref, dequant_matmul(dec, AS, codes, zeros, scales, bounds))
-        for band in ("decode", "prefill"):
+        for band in ("decode", "prefill", "gemv"):  # gemv: the CUDA-core decode kernel's e4m3 flavour
             out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
-            call(A, AS, RS, w, bounds, zpe, band, "triton", out=out)
+            if band == "gemv":
+                impl.gemm(A, AS, RS, w, bounds, zpe, "decode", out=out, cfg=impl.DECODE[impl.GEMV_DEFAULT])
+            else:
+                call(A, AS, RS, w, bounds, zpe, band, "triton", out=out)
             r, mx = gemm_error(out, ref)
             assert r <= REL and mx <= 4 * REL, (bits, band, r, mx)
 

@@ -1,7 +1,7 @@
 """A/B sections: the W4A8 GEMM's named tile configs side by side in one process.
 
-``decode_variants``: every config of ``w4a8_gemm.triton.DECODE`` at M = 1, 8, 16 on each TP=1 shape (the
-gemv configs with int8 activations, rows marked ``act``), then
+``decode_variants``: every config of ``w4a8_gemm.triton.DECODE`` at M = 1, 8, 16 on each TP=1 shape with e4m3
+activations, the gemv configs and :data:`INT8_MMA` also with int8 ones (rows marked ``act``), then
 the ablation rows ``"<config>:nodot"`` (loads + unpack, no MMA) and ``"<config>:noload"`` (unpack + MMA, no
 weight loads) for :data:`ABLATE_CONFIGS` — what limits a config, by removing one part; their outputs are
 wrong by design, so their ``rel_vs_first`` is not a check (``ablation`` = True on those rows);
@@ -77,13 +77,12 @@ def pick(configs: dict, names: list[str] | None) -> dict:
 
 def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DECODE_M,
                     names: list[str] | None = None, bits: tuple[int, ...] = (4,)) -> None:
-    """e4m3 per-group activations on every tensor-core config (+ ablations); int8 per-group activations on
-    the gemv configs (M <= GEMV_BM_MAX) and, as their tensor-core reference, on :data:`INT8_MMA`; for
-    each weight width in ``bits``."""
+    """e4m3 per-group activations on every config (+ ablations); int8 per-group activations on the gemv configs
+    and, as their tensor-core reference, on :data:`INT8_MMA` (gemv configs at M <= GEMV_BM_MAX); for each weight
+    width in ``bits``."""
     ablations = {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE_CONFIGS for ab in ("nodot", "noload")}
     configs = pick(w4.DECODE | ablations, names)
-    by_act = {"e4m3": {n: c for n, c in configs.items() if not c["gemv"]},
-              "int8": {n: c for n, c in configs.items() if c["gemv"] or n == INT8_MMA}}
+    by_act = {"e4m3": configs, "int8": {n: c for n, c in configs.items() if c["gemv"] or n == INT8_MMA}}
     for proj, b in ((p, b) for p in projections(1) for b in bits):
         if proj.name == "gdn.in_proj_ba":
             continue

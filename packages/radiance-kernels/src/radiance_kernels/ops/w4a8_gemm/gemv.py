@@ -1,17 +1,21 @@
-"""Decode W4A8 / W5A8 GEMM for int8 activations on the CUDA cores: 4-way byte dot products, no MMA.
+"""Decode W4A8 / W5A8 GEMM on the CUDA cores, no MMA: int8 activations by 4-way byte dot products, e4m3 by
+fp32 FMAs on exactly biased codes.
 
 At M <= 4 a tensor-core tile wastes most of its rows and stages both operands through shared memory
 behind barriers; here each thread owns BN / (32 x warps) columns for all ``BM`` tokens, unpacks each
-weight word once and multiplies it into every token's activation words by 4-way int8 dot products
-(``dp4a`` on NVIDIA; the plain-Triton twin :func:`dot4_sw` elsewhere and under the interpreter).
-Math (:mod:`.reference`, with the unsigned code ``q`` and ``z = d + off``)::
+weight word once and multiplies it into every token's activations. Math (:mod:`.reference`, with the
+unsigned code ``q`` and ``z = d + off``)::
 
-    t[m, n]    = sum_{k in g} a[m, k] * q[k, n]          (int32, exact: |t| < 2^20)
-    acc[m, n] += as(m, g) * (s[g, n] * t  -  s[g, n] * z[g, n] * RS[m, g])
+    int8:  t[m, n] = sum_{k in g} a[m, k] * q[k, n]                 (int32, exact: |t| < 2^20)
+    e4m3:  t[m, n] = sum_{k in g} a[m, k] * (2^b + q[k, n])         (fp32; = sum a q + 2^b RS[m, g])
+    acc[m, n] += as(m, g) * (s[g, n] * t  -  s[g, n] * (z[g, n] + [e4m3] 2^b) * RS[m, g])
 
-e4m3 activations have no integer dot product; an fp32-FMA flavour of this loop (codes made floats by
-the 2^23 bias trick) was measured on the H200 (call 12) and lost to the tensor-core loop at every shape
-and M >= 1 (gate_up M=1: 80.7 vs 57.9 us), so it is not kept.
+int8: ``dp4a`` on NVIDIA, the plain-Triton twin :func:`dot4_sw` elsewhere and under the interpreter. e4m3:
+``2^b + q`` is a float whose mantissa top bits are the code (:func:`biased_code`: a shift and a mask-or,
+no convert), so every product ``a * (2^b + q)`` (4 x 6 significant bits) is exact and only the fp32 sum
+rounds (~2^-24 of the group's partial sums, far under the bf16 output). The session-3 fp32 flavour built
+floats by the 2^23 bias trick (a convert's worth of ops more per code) and ran at ~2 programs per SM (H200
+call 12: lost to the tensor-core loop everywhere, gate_up M=1 80.7 vs 57.9 us).
 
 Layout: word ``wq[16 g + i, n]`` holds nibbles ``q[128 g + 8 i + j]``, j = 0..7; its even nibbles
 (``w & 0x0F0F0F0F``) and odd ones (``(w >> 4) & 0x0F0F0F0F``) are byte-interleaved into ``lo`` = bytes
@@ -29,7 +33,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from radiance_kernels.ops.w4a8_gemm.triton import NO_SPECIALIZE, scale_rows, store_tile, sz_scale, tile_setup
+from radiance_kernels.ops.w4a8_gemm.triton import (NO_SPECIALIZE, scale_rows, spread_even, store_tile, sz_scale,
+                                                   tile_setup)
+from radiance_kernels.tl.e4m3 import e4m3_decode
 
 
 @triton.jit
@@ -76,41 +82,103 @@ def spread4(x):
     return ((x * 0x204081) & 0x01010101) << 4
 
 
+@triton.jit
+def e4m3x4(word, PTX: tl.constexpr):
+    """The four e4m3 codes of an int32 word (byte b = code b) → four fp32 values: two paired hardware converts to
+    fp16 and four widenings on NVIDIA, the integer decoder elsewhere."""
+    if PTX:
+        r = tl.inline_asm_elementwise(
+            """{ .reg .b16 l, h, p0, p1, q0, q1; .reg .b32 p, q;
+            mov.b32 {l, h}, $4; cvt.rn.f16x2.e4m3x2 p, l; cvt.rn.f16x2.e4m3x2 q, h;
+            mov.b32 {p0, p1}, p; mov.b32 {q0, q1}, q;
+            cvt.f32.f16 $0, p0; cvt.f32.f16 $1, p1; cvt.f32.f16 $2, q0; cvt.f32.f16 $3, q1; }""",
+            "=r,=r,=r,=r,r", [word], dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+    else:
+        r = (e4m3_decode(word & 0xFF), e4m3_decode((word >> 8) & 0xFF), e4m3_decode((word >> 16) & 0xFF),
+             e4m3_decode((word >> 24) & 0xFF))
+    return r
+
+
+@triton.jit
+def biased_code(x, B: tl.constexpr, PTX: tl.constexpr):
+    """Byte B of ``x`` (a code ``q < 32``) → the fp32 ``8 + q/16``, exactly: the code as mantissa bits 16..20 under
+    the exponent of 8 (``0x41000000``), one ``prmt`` on NVIDIA."""
+    if PTX:
+        if B == 0:
+            r = tl.inline_asm_elementwise("prmt.b32 $0, 0x41000000, $1, 0x3400;", "=r,r", [x], dtype=tl.int32,
+                                          is_pure=True, pack=1)
+        elif B == 1:
+            r = tl.inline_asm_elementwise("prmt.b32 $0, 0x41000000, $1, 0x3500;", "=r,r", [x], dtype=tl.int32,
+                                          is_pure=True, pack=1)
+        elif B == 2:
+            r = tl.inline_asm_elementwise("prmt.b32 $0, 0x41000000, $1, 0x3600;", "=r,r", [x], dtype=tl.int32,
+                                          is_pure=True, pack=1)
+        else:
+            r = tl.inline_asm_elementwise("prmt.b32 $0, 0x41000000, $1, 0x3700;", "=r,r", [x], dtype=tl.int32,
+                                          is_pure=True, pack=1)
+    else:
+        r = (((x >> (8 * B)) & 0xFF) << 16) | 0x41000000
+    return r.to(tl.float32, bitcast=True)
+
+
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _w4a8_gemv_kernel(
     a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, ws_ptr, out_ptr, cnt_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
-    BITS: tl.constexpr, GROUP_AS: tl.constexpr, SPLIT: tl.constexpr, HW: tl.constexpr,
+    BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, SPLIT: tl.constexpr, HW: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PTX: tl.constexpr,
 ):
     part, offs_m, offs_n, mask_m, mask_n, g_lo, g_hi = tile_setup(M, N, K, b1, b2, groups_per_split, BM, BN, BK, 1)
     G = K // BK
     rows = tl.minimum(offs_m, M - 1)  # clamped, so the loop's loads need no masks (stores are masked)
-    cols = tl.minimum(offs_n, N - 1)[None, :]
+    cols = offs_n[None, :]
+    mask_w = mask_n[None, :]  # masked, not clamped: a clamp hides the columns' contiguity (4-byte, not 16-byte loads)
     a_ptr = a_ptr.to(tl.pointer_type(tl.int64))  # int8 [P, M, K] read as [P, M, K/8] 8-byte words
     a_rows = a_ptr + part.to(tl.int64) * M * (K // 8) + rows.to(tl.int64) * (K // 8)
     as_rows, rs_rows = scale_rows(as_ptr, rs_ptr, part, M, G, rows, GROUP_AS)
     OFF: tl.constexpr = 1 << (BITS - 1)
+    TS: tl.constexpr = 1.0 if INT8 else 16.0  # e4m3: t = sum a (8 + q/16) = 8 RS + (sum a q) / 16
+    ZB: tl.constexpr = OFF if INT8 else OFF + 128  # z = d + OFF, and e4m3's 16 * 8 RS
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for g in range(g_lo, g_hi):
-        t = tl.zeros((BM, BN), dtype=tl.int32)
+        if INT8:
+            t = tl.zeros((BM, BN), dtype=tl.int32)
+        else:
+            t = tl.zeros((BM, BN), dtype=tl.float32)
+        h5 = 0  # int4: no fifth bits
         for i in tl.static_range(BK // 8):
-            w = tl.load(wq_ptr + (g * (BK // 8) + i) * N + cols)
-            lo, hi = nibble_bytes(w, PTX)
-            if BITS == 5:
-                if i % 4 == 0:
-                    h5 = tl.load(wh_ptr + (g * (BK // 32) + i // 4) * N + cols)
-                x = h5 >> (8 * (i % 4))
-                lo |= spread4(x & 15)
-                hi |= spread4((x >> 4) & 15)
+            w = tl.load(wq_ptr + (g * (BK // 8) + i) * N + cols, mask=mask_w, other=0)
+            if BITS == 5 and i % 4 == 0:
+                h5 = tl.load(wh_ptr + (g * (BK // 32) + i // 4) * N + cols, mask=mask_w, other=0)
             a = tl.load(a_rows + g * (BK // 8) + i)[:, None]  # activation bytes k = 8i .. 8i+7
-            t = dot4(a.to(tl.int32), lo, t, PTX)
-            t = dot4((a >> 32).to(tl.int32), hi, t, PTX)
-        sz = tl.load(sz_ptr + g * N + cols)
+            if INT8:
+                lo, hi = nibble_bytes(w, PTX)
+                if BITS == 5:
+                    x = h5 >> (8 * (i % 4))
+                    lo |= spread4(x & 15)
+                    hi |= spread4((x >> 4) & 15)
+                t = dot4(a.to(tl.int32), lo, t, PTX)
+                t = dot4((a >> 32).to(tl.int32), hi, t, PTX)
+            else:  # codes by byte: even nibbles (e), odd (o); int5 their fifth bits at bit 4
+                e = w & 0x0F0F0F0F
+                o = (w >> 4) & 0x0F0F0F0F
+                if BITS == 5:
+                    x = h5 >> (8 * (i % 4))
+                    e |= spread_even(x)
+                    o |= spread_even(x >> 1)
+                for h in tl.static_range(2):  # codes 4h .. 4h+3
+                    v = e4m3x4((a >> (32 * h)).to(tl.int32), PTX)
+                    for jj in tl.static_range(4):
+                        if jj % 2:
+                            c = biased_code(o, 2 * h + jj // 2, PTX)
+                        else:
+                            c = biased_code(e, 2 * h + jj // 2, PTX)
+                        t += v[jj] * c
+        sz = tl.load(sz_ptr + g * N + cols, mask=mask_w, other=0)
         s = sz_scale(sz)
-        sz0 = s * ((sz >> 16) + OFF).to(tl.float32)
+        sz0 = s * ((sz >> 16) + ZB).to(tl.float32)
         rs = tl.load(rs_rows + g)
-        contrib = t.to(tl.float32) * s - rs[:, None] * sz0
+        contrib = t.to(tl.float32) * (s * TS) - rs[:, None] * sz0
         if GROUP_AS:
             acc += tl.load(as_rows + g)[:, None] * contrib
         else:

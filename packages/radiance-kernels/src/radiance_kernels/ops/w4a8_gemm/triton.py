@@ -614,9 +614,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if cfg["predeq"]:
         tensors = (*tensors[:3], unpacked(), *tensors[4:])
     if cfg["gemv"]:
-        if not constexprs["INT8"]:
-            raise ValueError(f"{op}: the gemv kernel takes int8 activations only (e4m3: the MMA configs)")
-        constexprs = {k: constexprs[k] for k in ("BITS", "GROUP_AS")}
+        constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
     else:
         constexprs.update(KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
