@@ -33,8 +33,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from radiance_kernels.ops.w4a8_gemm.triton import (NO_SPECIALIZE, scale_rows, spread_even, store_tile, sz_scale,
-                                                   tile_setup)
+from radiance_kernels.ops.w4a8_gemm.triton import (
+    NO_SPECIALIZE,
+    scale_rows,
+    spread_even,
+    store_tile,
+    sz_scale,
+    tile_setup,
+)
 from radiance_kernels.tl.e4m3 import e4m3_decode
 
 
