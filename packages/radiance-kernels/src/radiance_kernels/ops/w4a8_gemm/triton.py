@@ -232,9 +232,12 @@ def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M,
                SPLIT: tl.constexpr, SOFT: tl.constexpr):
     """Epilogue. SPLIT 0: bf16 ``out``. 1: fp32 partial ``ws[s]`` (summed by the host). 2: partial, then the
     tile's arrival counter ``cnt[pid]``; the last program of the tile sums ``ws[0..S-1]`` in split order
-    (deterministic) and stores bf16."""
+    (deterministic) and stores bf16, loading R partials per step (the sum is a chain of L2 round trips: one per
+    step; a small tile takes up to 16)."""
     mask = mask_m[:, None] & mask_n[None, :]
     out = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
+    TILE: tl.constexpr = acc.shape[0] * acc.shape[1]
+    R: tl.constexpr = 16 if TILE <= 512 else (8192 // TILE if TILE <= 8192 else 1)  # <= 64 fp32 / thread at 4 warps
     if SPLIT == 0:
         tl.store(out, to_bf16(acc, SOFT), mask=mask)
     else:
@@ -245,8 +248,11 @@ def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M,
             tl.debug_barrier()  # every thread's partial is written before the release below
             if tl.atomic_add(cnt_ptr + tl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
                 total = tl.zeros_like(acc)
-                for i in range(S):
-                    total += tl.load(part + i * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+                for i0 in range(0, S, R):  # R partials in flight per L2 round trip, added in split order
+                    for r in tl.static_range(R):
+                        live = i0 + r < S
+                        p = tl.load(part + (i0 + r) * M * N, mask=mask & live, other=0.0, cache_modifier=".cg")
+                        total = tl.where(live, total + p, total)
                 tl.store(out, to_bf16(total, SOFT), mask=mask)
 
 
