@@ -113,7 +113,8 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
             continue
         cfg = w4.config(16 if band == "decode" else 2048, 14336, 5120, band, False, names[name])
         split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
-        tiles = dict(SPLIT=split, HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
+        tiles = dict(SPLIT=split, RW=cfg["rw"], HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, KS=cfg["KS"],
+                     GROUP_M=cfg["GROUP_M"])
         opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], maxnreg=cfg["maxnreg"])
         elems = [("int4 e4m3 group", 4, False, True, False), ("int5 e4m3 token", 5, False, False, False),
                  ("int4 int8 group ZPE", 4, True, True, True)]
@@ -142,7 +143,8 @@ def gemv_variants(name: str, knobs: dict) -> list:
     out = []
     for (M, bits), int8 in itertools.product(((1, 4), (4, 4), (8, 4), (16, 4), (8, 5)), (True, False)):
         cfg = w4.config(M, 14336, 5120, "decode", False, knobs)
-        ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, PTX=True)
+        ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"],
+                  HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, PTX=True)
         opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], maxnreg=None, int8=int8)
         out.append((f"w4a8 decode {name} M={M} int{bits} {'int8' if int8 else 'e4m3'} group", _w4a8_gemv_kernel, ce,
                     opts, cfg["BN"] * GROUP))

@@ -148,7 +148,8 @@ def test_decode_configs(name, bits, elem, grouped, zpe, device):
 @pytest.mark.parametrize("elem", ["int8", "e4m3"])
 @pytest.mark.parametrize("name,bits,grouped,M,N", [("gemv", 4, False, 1, 512), ("gemv", 5, True, 16, 384),
                                                      ("gemv256", 4, True, 5, 400), ("gemv1k", 5, False, 3, 512),
-                                                     ("gemv_o16", 4, True, 2, 512), ("gemv128_o16", 5, True, 1, 400)])
+                                                     ("gemv_o16", 4, True, 2, 512), ("gemv128_o16", 5, True, 1, 400),
+                                                     ("gemv256_o16r", 4, True, 1, 400), ("gemv_o8r", 5, False, 2, 512)])
 def test_gemv_configs(name, bits, grouped, M, N, elem, device):
     """The CUDA-core decode kernel at 3 splits, P = 2, ragged N (masked loads and stores) == reference:
     int8 exact integer dot products, e4m3 exact products of biased codes (fp32 sums), so only the fp32
@@ -161,9 +162,25 @@ def test_gemv_configs(name, bits, grouped, M, N, elem, device):
     ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
     out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device=device)
     impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[name], "splits": 3})
-    r, mx = gemm_error(out[:M], ref)
+    r, mx = gemm_error(out[:M], ref)  # 3 splits: one partial-sum step at rw >= 4, a masked tail at rw = 2
     assert r <= REL and mx <= 4 * REL, (r, mx)
     assert torch.all(out[M:] == 5.0)
+
+
+@pytest.mark.parametrize("name", ["gemv", "nib8p"])
+def test_split_reduction_width_is_bit_exact(name, device):
+    """The kernel-side split reduction adds the partials in split order whatever its width (partials per step):
+    rw = 1, 2, 4, 16 over 5 splits give identical bits (steps with masked tails included); a bad width raises."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    A, AS, RS, _ = acts(1, 2, 640, "e4m3", True, seed=4, device=device)
+    w = prepare_codes(*weights(640, 256, 4, device=device), 4)
+    outs = [impl.gemm(A, AS, RS, w, [0, 256], False, "decode", cfg={**impl.DECODE[name], "splits": 5, "rw": rw})
+            for rw in (1, 2, 4, 16)]
+    assert all(torch.equal(o, outs[0]) for o in outs[1:])
+    assert gemm_error(outs[0], call(A, AS, RS, w, [0, 256], False, "decode", "reference"))[0] <= REL
+    with pytest.raises(ValueError, match="rw"):
+        impl.config(2, 256, 640, "decode", True, {"rw": 3})
 
 
 def test_int8_decode_runs_gemv_by_default(monkeypatch, device):

@@ -1,9 +1,11 @@
 """``python -m radiance_bench.kernelbench.tune OUT.json kb-decode_variants.json [kb-prefill_variants.json ...]``:
 the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) from A/B bench results.
 
-For every (band, N, K, M, activation element, weight bits) measured, the config with the best time wins
-(ablation and failed rows are skipped; the element is the first word of a row's ``act`` label, e4m3 where a
-row predates the field); each measured M of a shape serves the M above the previous measured one up to itself
+For every (band, N, K, M, activation element, weight bits) measured, the config with the best time in the
+*last* input file that measured that key wins (inputs in measurement order: a later run times the current kernels,
+so its A/B replaces an earlier one's rather than competing with figures of code since changed; ablation and failed
+rows are skipped; the element is the first word of a row's ``act`` label, e4m3 where a row predates the field);
+each measured M of a shape serves the M above the previous measured one up to itself
 (``M_max``); larger M than any measured run the band's default. The table names the GPU and the source files;
 it is written atomically. Put it at ``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json`` to make serving
 use it.
@@ -31,6 +33,7 @@ def build(runs: list[dict], sources: list[str]) -> dict:
         raise ValueError(f"tune: results come from several GPUs {sorted(gpus)}; tune one GPU at a time")
     best: dict[tuple, tuple[float, str]] = {}
     for run in runs:
+        this: dict[tuple, tuple[float, str]] = {}
         for row in run["results"]:
             band = SECTIONS.get(row.get("section"))
             name = KERNEL.match(row["kernel"])
@@ -39,7 +42,8 @@ def build(runs: list[dict], sources: list[str]) -> dict:
             act = row.get("act", "e4m3").split()[0]
             key = (band, row["N"], row["K"], act, int(name[1]), row["M"])
             cand = (row["best_us"], name[2])
-            best[key] = min(best.get(key, cand), cand)
+            this[key] = min(this.get(key, cand), cand)
+        best |= this
     if not best:
         raise ValueError("tune: no decode_variants / prefill_variants rows in the inputs")
     shapes: dict[tuple, list] = defaultdict(list)

@@ -25,7 +25,7 @@ PREFILL_DEFAULT = "k64"  # the W4A8 prefill tiles without predeq (this kernel un
 def _mxfp4_kernel(
     a_ptr, as_ptr, wp_ptr, ws_ptr, part_ptr, out_ptr, cnt_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
-    SPLIT: tl.constexpr, HW: tl.constexpr,
+    SPLIT: tl.constexpr, RW: tl.constexpr, HW: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     part, offs_m, offs_n, mask_m, mask_n, g_lo, g_hi = tile_setup(M, N, K, b1, b2, groups_per_split, BM, BN, BK,
@@ -51,7 +51,7 @@ def _mxfp4_kernel(
             else:
                 acc = tl.dot(a.to(tl.float32), w, acc)
     acc *= tl.load(as_ptr + part * M + offs_m, mask=mask_m, other=0.0)[:, None]
-    store_tile(acc, part_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om, SPLIT, not HW)
+    store_tile(acc, part_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om, SPLIT, not HW, RW)
 
 
 def gemm(A, AS, w: MXPrepared, bounds: list[int], band: str = "auto", out: torch.Tensor | None = None,

@@ -131,7 +131,8 @@ def biased_code(x, B: tl.constexpr, PTX: tl.constexpr):
 def _w4a8_gemv_kernel(
     a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, ws_ptr, out_ptr, cnt_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
-    BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, SPLIT: tl.constexpr, HW: tl.constexpr,
+    BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, SPLIT: tl.constexpr, RW: tl.constexpr,
+    HW: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PTX: tl.constexpr,
 ):
     part, offs_m, offs_n, mask_m, mask_n, g_lo, g_hi = tile_setup(M, N, K, b1, b2, groups_per_split, BM, BN, BK, 1)
@@ -191,4 +192,4 @@ def _w4a8_gemv_kernel(
             acc += contrib
     if not GROUP_AS:
         acc *= tl.load(as_rows)[:, None]
-    store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om, SPLIT, not HW)
+    store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om, SPLIT, not HW, RW)

@@ -229,15 +229,13 @@ def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, 
 
 @triton.jit
 def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om,
-               SPLIT: tl.constexpr, SOFT: tl.constexpr):
+               SPLIT: tl.constexpr, SOFT: tl.constexpr, RW: tl.constexpr = 4):
     """Epilogue. SPLIT 0: bf16 ``out``. 1: fp32 partial ``ws[s]`` (summed by the host). 2: partial, then the
     tile's arrival counter ``cnt[pid]``; the last program of the tile sums ``ws[0..S-1]`` in split order
-    (deterministic) and stores bf16, loading R partials per step (the sum is a chain of L2 round trips: one per
-    step; a small tile takes up to 16)."""
+    (deterministic) and stores bf16, loading RW partials per step: its sum is a chain of L2 round trips, one per
+    step (4 is what the compiler's unroll of a plain loop gave; the "r" gemv configs of :data:`DECODE` take more)."""
     mask = mask_m[:, None] & mask_n[None, :]
     out = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
-    TILE: tl.constexpr = acc.shape[0] * acc.shape[1]
-    R: tl.constexpr = 16 if TILE <= 512 else (8192 // TILE if TILE <= 8192 else 1)  # <= 64 fp32 / thread at 4 warps
     if SPLIT == 0:
         tl.store(out, to_bf16(acc, SOFT), mask=mask)
     else:
@@ -248,8 +246,8 @@ def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M,
             tl.debug_barrier()  # every thread's partial is written before the release below
             if tl.atomic_add(cnt_ptr + tl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
                 total = tl.zeros_like(acc)
-                for i0 in range(0, S, R):  # R partials in flight per L2 round trip, added in split order
-                    for r in tl.static_range(R):
+                for i0 in range(0, S, RW):  # RW partials in flight per L2 round trip, added in split order
+                    for r in tl.static_range(RW):
                         live = i0 + r < S
                         p = tl.load(part + (i0 + r) * M * N, mask=mask & live, other=0.0, cache_modifier=".cg")
                         total = tl.where(live, total + p, total)
@@ -261,7 +259,7 @@ def _w4a8_kernel(
     a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, ws_ptr, out_ptr, cnt_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, ZPE: tl.constexpr,
-    SPLIT: tl.constexpr, HW: tl.constexpr, DOT16: tl.constexpr, NIB8: tl.constexpr,
+    SPLIT: tl.constexpr, RW: tl.constexpr, HW: tl.constexpr, DOT16: tl.constexpr, NIB8: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KS: tl.constexpr, BG: tl.constexpr,
     GROUP_M: tl.constexpr, ZPE_PREC: tl.constexpr, SWAP: tl.constexpr = False, ABLATE: tl.constexpr = 0,
     APRE: tl.constexpr = False, PREDEQ: tl.constexpr = False,
@@ -365,7 +363,7 @@ def _w4a8_kernel(
             acc -= tl.dot(rsa, sd, input_precision=ZPE_PREC)
     if not GROUP_AS:
         acc *= tl.load(as_rows, mask=mask_m, other=0.0)[:, None]
-    store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om, SPLIT, not HW)
+    store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om, SPLIT, not HW, RW)
 
 
 def _pow2_at_least(x: int, lo: int) -> int:
@@ -406,7 +404,12 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: split the groups over 8 / 16 programs per SM (40 registers allow 16): the loop keeps few loads in flight per thread,
 #: so memory parallelism comes from resident warps. H200 call 22 (int4, us, gemv / best of _o8, _o16, 256_o16): M=1 qkv
 #: 20.7 / 17.9, gate_up 43.4 / 34.0, down 30.1 / 22.6; M=2 gate_up 63.2 / 36.5; M=4 it beats the MMA loop on all but
-#: down (gate_up 53.4 vs 61.2). Splits: "occ" aims at occ programs per SM, otherwise
+#: down (gate_up 53.4 vs 61.2). Since session 5 the gemv configs also take e4m3 activations (fp32 FMAs on exactly
+#: biased codes, :mod:`.gemv`): H200 call 28, M = 1, best gemv vs the best MMA config: qkv 20.2 vs 26.7, gate_up 36.7 vs
+#: 57.7, down 27.9 vs 33.2 us. "rw" (all configs) is the split reduction's partials per L2 round trip (4 unless a config
+#: says): the "r" siblings take 8 / 16, which pays where a tile has many splits of few groups (o_proj, 48 splits of one
+#: group: 15.5 -> 12.3 us, call 29) and costs residency elsewhere (its registers lift the 32-register gemv loop to ~50).
+#: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight
 #: loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
 #: stream) (:data:`ABLATIONS`).
@@ -414,7 +417,7 @@ def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
     return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
-                gemv=False) | knobs
+                gemv=False, rw=4) | knobs
 
 
 DECODE = {
@@ -434,6 +437,9 @@ DECODE = {
     "gemv_o16": _loop(BN=512, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16),
     "gemv256_o16": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16),
     "gemv128_o16": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16),
+    "gemv_o8r": _loop(BN=512, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=8, rw=8),
+    "gemv256_o16r": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16, rw=16),
+    "gemv128_o16r": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16, rw=16),
 }
 #: int8 activations at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width), above it the nib8 MMA loop: ``dp4a`` issues at ~16 lanes / clock / SM
@@ -487,8 +493,8 @@ PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), 
 #: group, TF/s incl. the per-call unpack, blockwise / deqm64): M = 2048 qkv 839 / 453, gate_up 910 / 462, down 924 /
 #: 462; M = 8192 997-1011 / 466-483; at M = 128 it wins down and gate_up, not qkv (the tuned table says per shape).
 BLOCKWISE_DEFAULT = "blockwise"
-_KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "dot16", "nib8", "swap",
-         "ablate", "maxnreg", "apre", "gemv", "predeq", "blockwise"}
+_KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
+         "swap", "ablate", "maxnreg", "apre", "gemv", "predeq", "blockwise"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -526,7 +532,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         cfg = dict(BM=32, BN=128, KS=64, GROUP_M=8, splits=1, num_warps=8, num_stages=3)
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
-    base = dict(occ=None, reduce="kernel", dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
+    base = dict(occ=None, reduce="kernel", rw=4, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
                 apre=False, gemv=False, predeq=False, blockwise=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
@@ -536,6 +542,9 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
             raise ValueError("w4a8_gemm config: gemv has no dot16 / nib8 / swap / apre / ablate (no MMA)")
         cfg["BM"] = _pow2_at_least(M, 1)  # tokens are registers here: no 16-row MMA tile
         cfg["BN"] = min(cfg["BN"], max(128, 2048 // cfg["BM"]))  # ptxas sm_90: BM=16 x 256 spills
+    if cfg["rw"] not in (1, 2, 4, 8, 16):
+        raise ValueError(f"w4a8_gemm config: rw (split partials per reduction step) must be 1, 2, 4, 8 or 16, got "
+                         f"{cfg['rw']!r}")
     if cfg["ablate"] not in ABLATIONS:
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
     if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
@@ -626,7 +635,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         constexprs.update(KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
     kernel[(tiles, cfg["splits"])](
         *tensors, ws, out, cnt, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
-        SPLIT=split, HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP,
+        SPLIT=split, RW=cfg["rw"], HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **constexprs,
     )
     if split == 1:
