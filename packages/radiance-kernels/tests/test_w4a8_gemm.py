@@ -460,6 +460,25 @@ def test_full_shapes(proj):
 
 
 @pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
+@pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
+def test_gemv_full_shapes(proj):
+    """The CUDA-core decode kernel at the 27B shapes, both activation elements: M = 1 int4 on the wide-reduction
+    occupancy config, M = 2 int5 on the 8-program one (whatever the tuned table picks)."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    for M, bits, name in ((1, 4, "gemv256_o16r"), (2, 5, "gemv_o8r")):
+        w = prepare_codes(*weights(proj.K, proj.N, bits, seed=proj.K + M, device="cuda"), bits)
+        for elem in ("e4m3", "int8"):
+            A, AS, RS, _ = acts(proj.P, M, proj.K, elem, True, seed=M, device="cuda")
+            ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
+            out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")
+            impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", out=out, cfg=impl.DECODE[name])
+            r, mx = gemm_error(out[:M], ref)
+            assert r <= REL and mx <= 4 * REL, (M, elem, r, mx)
+            assert torch.all(out[M:] == 5.0)
+
+
+@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
 @pytest.mark.parametrize("proj", shapes.projections(1), ids=lambda p: p.name)
 @pytest.mark.parametrize("M,grouped", [(130, True), (2048, False), (4100, True)])
 def test_blockwise_full_shapes(proj, M, grouped):

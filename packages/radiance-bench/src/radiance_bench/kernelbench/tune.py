@@ -1,11 +1,11 @@
 """``python -m radiance_bench.kernelbench.tune OUT.json kb-decode_variants.json [kb-prefill_variants.json ...]``:
 the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) from A/B bench results.
 
-For every (band, N, K, M, activation element, weight bits) measured, the config with the best time in the
-*last* input file that measured that key wins (inputs in measurement order: a later run times the current kernels,
-so its A/B replaces an earlier one's rather than competing with figures of code since changed; ablation and failed
-rows are skipped; the element is the first word of a row's ``act`` label, e4m3 where a row predates the field);
-each measured M of a shape serves the M above the previous measured one up to itself
+For every (band, N, K, M, activation element, weight bits) measured, the config with the best time wins, each
+config timed by the *last* input file that measured it there (inputs in measurement order: a later run times the
+current kernel, so its figure replaces an earlier one of code since changed, while configs it did not time keep
+theirs; ablation and failed rows are skipped; the element is the first word of a row's ``act`` label, e4m3 where a
+row predates the field); each measured M of a shape serves the M above the previous measured one up to itself
 (``M_max``); larger M than any measured run the band's default. The table names the GPU and the source files;
 it is written atomically. Put it at ``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json`` to make serving
 use it.
@@ -31,9 +31,9 @@ def build(runs: list[dict], sources: list[str]) -> dict:
     gpus = {r["meta"]["gpu"] for r in runs}
     if len(gpus) != 1:
         raise ValueError(f"tune: results come from several GPUs {sorted(gpus)}; tune one GPU at a time")
-    best: dict[tuple, tuple[float, str]] = {}
+    latest: dict[tuple, float] = {}  # (key, config) -> the last run's best time
     for run in runs:
-        this: dict[tuple, tuple[float, str]] = {}
+        this: dict[tuple, float] = {}
         for row in run["results"]:
             band = SECTIONS.get(row.get("section"))
             name = KERNEL.match(row["kernel"])
@@ -41,9 +41,11 @@ def build(runs: list[dict], sources: list[str]) -> dict:
                 continue
             act = row.get("act", "e4m3").split()[0]
             key = (band, row["N"], row["K"], act, int(name[1]), row["M"])
-            cand = (row["best_us"], name[2])
-            this[key] = min(this.get(key, cand), cand)
-        best |= this
+            this[key, name[2]] = min(this.get((key, name[2]), row["best_us"]), row["best_us"])
+        latest |= this
+    best: dict[tuple, tuple[float, str]] = {}
+    for (key, name), us in latest.items():
+        best[key] = min(best.get(key, (us, name)), (us, name))
     if not best:
         raise ValueError("tune: no decode_variants / prefill_variants rows in the inputs")
     shapes: dict[tuple, list] = defaultdict(list)
