@@ -183,9 +183,8 @@ def test_split_reduction_width_is_bit_exact(name, device):
         impl.config(2, 256, 640, "decode", True, {"rw": 3})
 
 
-def test_int8_decode_runs_gemv_by_default(monkeypatch, device):
-    """int8 activations at M <= GEMV_MAX_M take the gemv kernel with no cfg, above it (and e4m3 at any M,
-    where only a tuned table or a cfg picks it) the MMA kernel."""
+def test_decode_runs_gemv_by_default(monkeypatch, device):
+    """Both activation elements at M <= GEMV_MAX_M take the gemv kernel with no cfg, above it the MMA kernel."""
     from radiance_kernels.ops.w4a8_gemm import gemv
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
@@ -202,12 +201,12 @@ def test_int8_decode_runs_gemv_by_default(monkeypatch, device):
     monkeypatch.setattr(gemv, "_w4a8_gemv_kernel", Spy(gemv._w4a8_gemv_kernel))
     monkeypatch.setattr(impl, "_w4a8_kernel", Spy(impl._w4a8_kernel))
     w = prepare_codes(*weights(256, 256, 4, device=device), 4)
-    for elem, M in (("int8", impl.GEMV_MAX_M), ("int8", impl.GEMV_MAX_M + 1), ("e4m3", 1)):
+    for elem, M in (("int8", impl.GEMV_MAX_M), ("int8", impl.GEMV_MAX_M + 1), ("e4m3", 1), ("e4m3", impl.GEMV_MAX_M + 1)):
         A, AS, RS, _ = acts(1, M, 256, elem, True, device=device)
         r, _ = gemm_error(impl.gemm(A, AS, RS, w, [0, 256], True, "auto"),
                           call(A, AS, RS, w, [0, 256], True, "auto", "reference"))
         assert r <= REL
-    assert launched == ["_w4a8_gemv_kernel", "_w4a8_kernel", "_w4a8_kernel"]
+    assert launched == ["_w4a8_gemv_kernel", "_w4a8_kernel", "_w4a8_gemv_kernel", "_w4a8_kernel"]
 
 
 #: (config, bits, elem, grouped, zpe): each predeq config with both activation elements and both widths.

@@ -441,8 +441,9 @@ DECODE = {
     "gemv256_o16r": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16, rw=16),
     "gemv128_o16r": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16, rw=16),
 }
-#: int8 activations at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
-#: table decides per shape and width), above it the nib8 MMA loop: ``dp4a`` issues at ~16 lanes / clock / SM
+#: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
+#: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
+#: above it the nib8 MMA loop. int8: ``dp4a`` issues at ~16 lanes / clock / SM
 #: on the H200 (call 11: qkv M=8 takes 37.4 us, the 147 M dp4a lane-ops at that rate). H200 call 17: int4
 #: from M = 4 the MMA loop wins (qkv 28.4 vs 29.8 us), int5 the gemv up to M = 8 (its MMA loop pays the
 #: fifth-bit unpack: gate_up 99 vs 127 us).
@@ -662,7 +663,7 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
     return launch(
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
         (A, AS, RS.contiguous(), w.wq, wh, w.sz), cfg,
-        gemv=_w4a8_gemv_kernel, decode=GEMV_DEFAULT if int8 and GEMV_MAX_M >= M else DECODE_DEFAULT,
+        gemv=_w4a8_gemv_kernel, decode=GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT,
         prefill=PREFILL_DEFAULT if no_blockwise else BLOCKWISE_DEFAULT,
         unpacked=lambda: unpack_w8(w, int8), blockwise=library,
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
