@@ -8,11 +8,13 @@ import itertools
 
 import pytest
 import torch
-from conftest import FULL_SHAPES, REL, gemm_error
+from conftest import FULL_SHAPES, GPU, REL, gemm_error
 
 from radiance_kernels import shapes
 from radiance_kernels.formats import awq, e4m3
 from radiance_kernels.ops.w4a8_gemm import prepare, prepare_codes, unprepare
+
+GPU_CUDA = GPU and torch.version.cuda is not None
 
 
 def acts(P, M, K, elem, grouped, kind="normal", seed=0, device="cpu"):
@@ -183,6 +185,38 @@ def test_split_reduction_width_is_bit_exact(name, device):
         impl.config(2, 256, 640, "decode", True, {"rw": 3})
 
 
+@pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
+@pytest.mark.parametrize("name", ["mma2", "mma2_o4", "mma2w", "mma2n64"])
+@pytest.mark.parametrize("elem,grouped,M",
+                         [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5)])
+def test_mma2_configs(name, elem, grouped, M):
+    """The register-fed mma.sync decode kernel at 3 splits, P = 2, ragged N == reference (fp16-exact operands,
+    fp32 sums: only the summation order differs)."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    P, K, N, bounds = 2, 640, 400, [0, 128, 400]
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device="cuda")
+    w = prepare_codes(*weights(K, N, 4, device="cuda"), 4)
+    ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
+    out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device="cuda")
+    impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[name], "splits": 3})
+    r, mx = gemm_error(out[:M], ref)
+    assert r <= REL and mx <= 4 * REL, (r, mx)
+    assert torch.all(out[M:] == 5.0)
+
+
+def test_mma2_refuses_where_it_cannot_run(device):
+    """Off NVIDIA (and under the interpreter) or with int5 weights the mma2 config names what it needs."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    A, AS, RS, _ = acts(1, 2, 256, "e4m3", True, device=device)
+    w5 = prepare_codes(*weights(256, 256, 5, device=device), 5)
+    with pytest.raises(ValueError, match="mma2 config"):
+        impl.gemm(A, AS, RS, w5, [0, 256], False, "decode", cfg=impl.DECODE["mma2"])
+    with pytest.raises(ValueError, match="mma2 is a decode kernel"):
+        impl.config(17, 256, 256, "decode", True, impl.DECODE["mma2"])
+
+
 def test_decode_runs_gemv_by_default(monkeypatch, device):
     """Both activation elements at M <= GEMV_MAX_M take the gemv kernel with no cfg, above it the MMA kernel."""
     from radiance_kernels.ops.w4a8_gemm import gemv
@@ -201,7 +235,8 @@ def test_decode_runs_gemv_by_default(monkeypatch, device):
     monkeypatch.setattr(gemv, "_w4a8_gemv_kernel", Spy(gemv._w4a8_gemv_kernel))
     monkeypatch.setattr(impl, "_w4a8_kernel", Spy(impl._w4a8_kernel))
     w = prepare_codes(*weights(256, 256, 4, device=device), 4)
-    for elem, M in (("int8", impl.GEMV_MAX_M), ("int8", impl.GEMV_MAX_M + 1), ("e4m3", 1), ("e4m3", impl.GEMV_MAX_M + 1)):
+    for elem, M in (("int8", impl.GEMV_MAX_M), ("int8", impl.GEMV_MAX_M + 1), ("e4m3", 1),
+                    ("e4m3", impl.GEMV_MAX_M + 1)):
         A, AS, RS, _ = acts(1, M, 256, elem, True, device=device)
         r, _ = gemm_error(impl.gemm(A, AS, RS, w, [0, 256], True, "auto"),
                           call(A, AS, RS, w, [0, 256], True, "auto", "reference"))

@@ -417,7 +417,7 @@ def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
     return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
-                gemv=False, rw=4) | knobs
+                gemv=False, mma2=False, rw=4) | knobs
 
 
 DECODE = {
@@ -440,6 +440,10 @@ DECODE = {
     "gemv_o8r": _loop(BN=512, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=8, rw=8),
     "gemv256_o16r": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16, rw=16),
     "gemv128_o16r": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16, rw=16),
+    "mma2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True),
+    "mma2_o4": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, occ=4),
+    "mma2w": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True),
+    "mma2n64": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -495,7 +499,7 @@ PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), 
 #: 462; M = 8192 997-1011 / 466-483; at M = 128 it wins down and gate_up, not qkv (the tuned table says per shape).
 BLOCKWISE_DEFAULT = "blockwise"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
-         "swap", "ablate", "maxnreg", "apre", "gemv", "predeq", "blockwise"}
+         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "predeq", "blockwise"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -534,7 +538,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", rw=4, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, gemv=False, predeq=False, blockwise=False)
+                apre=False, gemv=False, mma2=False, predeq=False, blockwise=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -546,6 +550,11 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     if cfg["rw"] not in (1, 2, 4, 8, 16):
         raise ValueError(f"w4a8_gemm config: rw (split partials per reduction step) must be 1, 2, 4, 8 or 16, got "
                          f"{cfg['rw']!r}")
+    if cfg["mma2"]:
+        if band != "decode" or M > 16:
+            raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
+        if cfg["dot16"] or cfg["nib8"] or cfg["swap"] or cfg["apre"] or cfg["gemv"] or cfg["ablate"] != "none":
+            raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / swap / apre / gemv / ablate")
     if cfg["ablate"] not in ABLATIONS:
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
     if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
@@ -556,7 +565,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError("w4a8_gemm config: blockwise (the library block-scaled GEMM) is a prefill config")
     if cfg["predeq"] and (band == "decode" or cfg["dot16"] or cfg["nib8"]):
         raise ValueError("w4a8_gemm config: predeq runs the prefill band's 8-bit dot loop (no decode, dot16, nib8)")
-    if band == "decode" and not cfg["gemv"]:  # BM x BN <= 4096: at BM=64 a 128-wide tile spills ~800 B (ptxas)
+    if band == "decode" and not (cfg["gemv"] or cfg["mma2"]):  # BM x BN <= 4096: BM=64 x 128 spills ~800 B (ptxas)
         cfg["BN"] = min(cfg["BN"], max(64, 4096 // cfg["BM"]))
     if "splits" not in cfg:
         tiles = triton.cdiv(N, cfg["BN"]) * triton.cdiv(M, cfg["BM"])
@@ -579,7 +588,7 @@ def resolve_band(band: str, M: int, op: str) -> str:
 
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
            tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, prefill: str = PREFILL_DEFAULT,
-           gemv=None, unpacked=None, blockwise=None,
+           gemv=None, mma2=None, unpacked=None, blockwise=None,
            **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, ws, out, cnt, M, N, K, b1, b2, stride_om,
     groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` ... ``PREDEQ`` where the kernel
@@ -607,6 +616,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         cfg = None if name is None else (DECODE if band == "decode" else PREFILL)[name]
     if gemv is None and cfg and cfg.get("gemv"):
         raise ValueError(f"{op}: has no gemv kernel (a W4A8 GEMM knob)")
+    if mma2 is None and cfg and cfg.get("mma2"):
+        raise ValueError(f"{op}: has no mma2 kernel (a W4A8 GEMM knob)")
     cfg = config(M, N, K, band, interp, cfg, decode, prefill)
     if cfg["blockwise"]:
         if blockwise is None:
@@ -614,6 +625,11 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         return blockwise(out)
     if cfg["gemv"]:
         kernel, has_dot16 = gemv, False
+    if cfg["mma2"]:
+        if interp or torch.device(device).type != "cuda" or torch.version.cuda is None or constexprs["BITS"] != 4:
+            raise ValueError(f"{op}: the mma2 config (Gluon, inline PTX) runs int4 weights on NVIDIA GPUs only; "
+                             "elsewhere the Triton nib8 loop is its twin")
+        kernel, has_dot16 = mma2(), False
     if cfg["reduce"] not in ("host", "kernel"):
         raise ValueError(f"{op}: reduce must be 'host' or 'kernel', got {cfg['reduce']!r}")
     bn = _block_n(bounds, cfg["BN"])
@@ -629,10 +645,11 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
                           APRE=cfg["apre"], PREDEQ=cfg["predeq"])
     if cfg["predeq"]:
         tensors = (*tensors[:3], unpacked(), *tensors[4:])
-    if cfg["gemv"]:
+    if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
+    if cfg["gemv"]:
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
-    else:
+    elif not cfg["mma2"]:
         constexprs.update(KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
     kernel[(tiles, cfg["splits"])](
         *tensors, ws, out, cnt, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
@@ -663,12 +680,18 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
     return launch(
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
         (A, AS, RS.contiguous(), w.wq, wh, w.sz), cfg,
-        gemv=_w4a8_gemv_kernel, decode=GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT,
+        gemv=_w4a8_gemv_kernel, mma2=_mma2_kernel, decode=GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT,
         prefill=PREFILL_DEFAULT if no_blockwise else BLOCKWISE_DEFAULT,
         unpacked=lambda: unpack_w8(w, int8), blockwise=library,
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
+
+
+def _mma2_kernel():
+    from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel  # Gluon: imported where it can run
+
+    return _w4a8_mma2_kernel
 
 
 UNPACK_BN = 64  # the unpack kernel's tile: one 128-group x 64 columns (4 warps, 64 codes per thread)

@@ -1,0 +1,178 @@
+"""Decode W4A8 GEMM on register-fed ``mma.sync`` (Gluon, NVIDIA sm_80+): int4 weights, e4m3 / int8 activations.
+
+The Triton loops stage every MMA operand they build in registers through shared memory (a layout conversion behind
+barriers, per dot); here the layouts are explicit, so both operands are *loaded* in the m16n8k16 fragment layouts and
+converted in registers: no shared memory, no barrier in the loop. Math as :mod:`.reference` with the signed code
+``c = q - 8`` (``sum a*q - z*RS = sum a*c - d*RS``), one 128-group per loop step::
+
+    t[m, n] = sum_{k in g} a[m, k] * c[k, n]        (8 mma.sync m16n8k16, fp16 operands exact, fp32 sums)
+    acc[m, n] += as(m, g) * (s[g, n] * t - s[g, n] * d[g, n] * RS[m, g])
+
+K order inside a group: the MMA's reduction index is ours to choose, so slot ``s`` of step (half ``h``, nibble pair
+``j``) is code ``8 (8h + s // 2) + j + 4 (s % 2)`` — word row ``8h + s // 2`` of ``wq``, nibble ``j`` (even ``s``) or
+``j + 4`` (odd ``s``). A thread's fragment pair (slots ``2t``, ``2t + 1``) is then one word: ``(w >> 4j) & 0x000F000F
+| 0x64006400`` is the fp16 pair ``1024 + q`` (one shift, one ``lop3``), minus ``1032`` (one ``sub.f16x2``) the pair
+of signed codes. Its activation pair is bytes ``j`` and ``j + 4`` of one 8-byte activation word (one ``prmt``, then
+``cvt.rn.f16x2.e4m3x2``; int8 by the same ``1024 +`` trick). Loads: ``wq`` words by the B fragment (a thread's 4-byte
+words of rows ``8h + t``, ``8h + t + 4``), activation words by the A fragment (L1-resident; both pair slots name the
+same word, one load).
+
+NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
+math and weight layout. Tile: 16 tokens x ``BN`` columns, warps side by side along N; splits and the split-order
+reduction as the Triton decode band. Not runnable under the interpreter: tested on GPUs against the reference.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
+
+
+@gluon.jit
+def _code_pair(w, J: gl.constexpr):
+    """fp16 pairs (nibble J, nibble J + 4) - 8 of int32 words (one asm per fragment pair: both elements one word)."""
+    if J == 0:
+        r = gl.inline_asm_elementwise(
+            "{ .reg .b32 t, c; lop3.b32 t, $1, 0x000F000F, 0x64006400, 0xEA; mov.b32 c, 0x64086408;"
+            " sub.rn.f16x2 $0, t, c; }", "=r,r,r", [w], dtype=gl.float16, is_pure=True, pack=2)
+    elif J == 1:
+        r = gl.inline_asm_elementwise(
+            "{ .reg .b32 t, c; shr.b32 t, $1, 4; lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA;"
+            " mov.b32 c, 0x64086408; sub.rn.f16x2 $0, t, c; }", "=r,r,r", [w], dtype=gl.float16, is_pure=True, pack=2)
+    elif J == 2:
+        r = gl.inline_asm_elementwise(
+            "{ .reg .b32 t, c; shr.b32 t, $1, 8; lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA;"
+            " mov.b32 c, 0x64086408; sub.rn.f16x2 $0, t, c; }", "=r,r,r", [w], dtype=gl.float16, is_pure=True, pack=2)
+    else:
+        r = gl.inline_asm_elementwise(
+            "{ .reg .b32 t, c; shr.b32 t, $1, 12; lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA;"
+            " mov.b32 c, 0x64086408; sub.rn.f16x2 $0, t, c; }", "=r,r,r", [w], dtype=gl.float16, is_pure=True, pack=2)
+    return r
+
+
+@gluon.jit
+def _act_pair(a, J: gl.constexpr, INT8: gl.constexpr):
+    """fp16 pairs (byte J, byte J + 4) of int64 activation words: e4m3 codes by the hardware convert, int8 as
+    ``1024 + (b ^ 128)`` minus 1152."""
+    if INT8:
+        if J == 0:
+            r = gl.inline_asm_elementwise(
+                "{ .reg .b32 lo, hi, x, c; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x7440;"
+                " and.b32 x, x, 0x00FF00FF; xor.b32 x, x, 0x00800080; or.b32 x, x, 0x64006400; mov.b32 c, 0x64806480;"
+                " sub.rn.f16x2 $0, x, c; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
+        elif J == 1:
+            r = gl.inline_asm_elementwise(
+                "{ .reg .b32 lo, hi, x, c; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x7541;"
+                " and.b32 x, x, 0x00FF00FF; xor.b32 x, x, 0x00800080; or.b32 x, x, 0x64006400; mov.b32 c, 0x64806480;"
+                " sub.rn.f16x2 $0, x, c; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
+        elif J == 2:
+            r = gl.inline_asm_elementwise(
+                "{ .reg .b32 lo, hi, x, c; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x7642;"
+                " and.b32 x, x, 0x00FF00FF; xor.b32 x, x, 0x00800080; or.b32 x, x, 0x64006400; mov.b32 c, 0x64806480;"
+                " sub.rn.f16x2 $0, x, c; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
+        else:
+            r = gl.inline_asm_elementwise(
+                "{ .reg .b32 lo, hi, x, c; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x7743;"
+                " and.b32 x, x, 0x00FF00FF; xor.b32 x, x, 0x00800080; or.b32 x, x, 0x64006400; mov.b32 c, 0x64806480;"
+                " sub.rn.f16x2 $0, x, c; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
+    else:
+        if J == 0:
+            r = gl.inline_asm_elementwise(
+                "{ .reg .b32 lo, hi, x; .reg .b16 p; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x40;"
+                " cvt.u16.u32 p, x; cvt.rn.f16x2.e4m3x2 $0, p; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True,
+                pack=2)
+        elif J == 1:
+            r = gl.inline_asm_elementwise(
+                "{ .reg .b32 lo, hi, x; .reg .b16 p; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x51;"
+                " cvt.u16.u32 p, x; cvt.rn.f16x2.e4m3x2 $0, p; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True,
+                pack=2)
+        elif J == 2:
+            r = gl.inline_asm_elementwise(
+                "{ .reg .b32 lo, hi, x; .reg .b16 p; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x62;"
+                " cvt.u16.u32 p, x; cvt.rn.f16x2.e4m3x2 $0, p; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True,
+                pack=2)
+        else:
+            r = gl.inline_asm_elementwise(
+                "{ .reg .b32 lo, hi, x; .reg .b16 p; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x73;"
+                " cvt.u16.u32 p, x; cvt.rn.f16x2.e4m3x2 $0, p; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True,
+                pack=2)
+    return r
+
+
+@gluon.jit
+def _w4a8_mma2_kernel(
+    a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, ws_ptr, out_ptr, cnt_ptr,
+    M, N, K, b1, b2, stride_om, groups_per_split,
+    BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
+    HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+):
+    NW: gl.constexpr = gl.num_warps()
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NW], instr_shape=[16, 8])
+    LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    LB: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    gl.static_assert(BITS == 4 and BM == 16 and BK == 128)
+    n0 = gl.program_id(0) * BN
+    part = (n0 >= b1).to(gl.int32) + (n0 >= b2).to(gl.int32)
+    G = K // BK
+    g_lo = gl.program_id(1) * groups_per_split
+    g_hi = gl.minimum(g_lo + groups_per_split, G)
+    # B fragments: words [16 slots, BN] (slot s: word row s // 2 of the half)
+    sb = gl.arange(0, 16, layout=gl.SliceLayout(1, LB))
+    nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
+    w_ptrs = wq_ptr + (sb // 2)[:, None] * N + nb[None, :]
+    w_mask = (sb >= 0)[:, None] & (nb < N)[None, :]
+    # A fragments: activation words [16 tokens, 16 slots] (slot s: word row s // 2 of the half), rows clamped
+    ma = gl.arange(0, BM, layout=gl.SliceLayout(1, LA))
+    sa = gl.arange(0, 16, layout=gl.SliceLayout(0, LA))
+    a64 = a_ptr.to(gl.pointer_type(gl.int64)) + part.to(gl.int64) * M * (K // 8)
+    a_ptrs = a64 + (gl.minimum(ma, M - 1).to(gl.int64) * (K // 8))[:, None] + (sa // 2)[None, :]
+    # accumulator frame
+    mo = gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
+    no = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
+    mask_m = mo < M
+    mask_n = no < N
+    rows = gl.minimum(mo, M - 1)
+    if GROUP_AS:
+        as_rows = as_ptr + part * M * G + rows * G
+    else:
+        as_rows = as_ptr + part * M + rows
+    rs_rows = rs_ptr + part * M * G + rows * G
+    acc = gl.zeros([BM, BN], gl.float32, MMA)
+    for g in range(g_lo, g_hi):
+        t = gl.zeros([BM, BN], gl.float32, MMA)
+        for h in gl.static_range(2):
+            w = gl.load(w_ptrs + (g * 16 + 8 * h) * N, mask=w_mask, other=0)
+            a = gl.load(a_ptrs + (g * 16 + 8 * h))
+            for j in gl.static_range(4):
+                t = mma_v2(_act_pair(a, j, INT8), _code_pair(w, j), t)
+        sz = gl.load(sz_ptr + g * N + no, mask=mask_n, other=0)
+        s = (sz & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+        sd = s * (sz >> 16).to(gl.float32)
+        rs = gl.load(rs_rows + g)
+        contrib = t * s[None, :] - rs[:, None] * sd[None, :]
+        if GROUP_AS:
+            acc += gl.load(as_rows + g)[:, None] * contrib
+        else:
+            acc += contrib
+    if not GROUP_AS:
+        acc *= gl.load(as_rows)[:, None]
+    mask = mask_m[:, None] & mask_n[None, :]
+    out = out_ptr + mo[:, None] * stride_om + no[None, :]
+    if SPLIT == 0:
+        gl.store(out, acc.to(gl.bfloat16), mask=mask)
+    else:
+        part_ptrs = ws_ptr + mo[:, None] * N + no[None, :]
+        S = gl.num_programs(1)
+        gl.store(part_ptrs + gl.program_id(1).to(gl.int64) * M * N, acc, mask=mask)
+        _barrier()  # every thread's partial is written before the release below
+        if gl.atomic_add(cnt_ptr + gl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
+            total = gl.zeros([BM, BN], gl.float32, MMA)
+            for i0 in range(0, S, RW):  # RW partials per L2 round trip, added in split order
+                for r in gl.static_range(RW):
+                    live = i0 + r < S
+                    p = gl.load(part_ptrs + (i0 + r) * M * N, mask=mask & live, other=0.0, cache_modifier=".cg")
+                    total = gl.where(live, total + p, total)
+            gl.store(out, total.to(gl.bfloat16), mask=mask)
