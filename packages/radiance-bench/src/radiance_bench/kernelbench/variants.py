@@ -1,7 +1,7 @@
 """A/B sections: the W4A8 GEMM's named tile configs side by side in one process.
 
 ``decode_variants``: every config of ``w4a8_gemm.triton.DECODE`` at M = 1, 8, 16 on each TP=1 shape with e4m3
-activations, the gemv configs and :data:`INT8_MMA` also with int8 ones (rows marked ``act``), then
+activations, the gemv and mma2 configs and :data:`INT8_MMA` also with int8 ones (rows marked ``act``), then
 the ablation rows ``"<config>:nodot"`` (loads + unpack, no MMA) and ``"<config>:noload"`` (unpack + MMA, no
 weight loads) for :data:`ABLATE_CONFIGS` — what limits a config, by removing one part; their outputs are
 wrong by design, so their ``rel_vs_first`` is not a check (``ablation`` = True on those rows);
@@ -82,7 +82,8 @@ def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DEC
     width in ``bits``."""
     ablations = {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE_CONFIGS for ab in ("nodot", "noload")}
     configs = pick(w4.DECODE | ablations, names)
-    by_act = {"e4m3": configs, "int8": {n: c for n, c in configs.items() if c["gemv"] or n == INT8_MMA}}
+    by_act = {"e4m3": configs,
+              "int8": {n: c for n, c in configs.items() if c["gemv"] or c["mma2"] or n == INT8_MMA}}
     for proj, b in ((p, b) for p in projections(1) for b in bits):
         if proj.name == "gdn.in_proj_ba":
             continue
@@ -91,7 +92,7 @@ def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DEC
             x = activations(M, proj.K, seed=M)
             for act, named in by_act.items():
                 if M > w4.GEMV_BM_MAX:
-                    named = {n: c for n, c in named.items() if not c["gemv"]}
+                    named = {n: c for n, c in named.items() if not (c["gemv"] or c["mma2"])}
                 if named:
                     meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
                     _rows(record, results, "decode_variants", named, "decode", weights,
