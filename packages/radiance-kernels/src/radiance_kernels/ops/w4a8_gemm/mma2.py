@@ -107,7 +107,7 @@ def _w4a8_mma2_kernel(
     a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, ws_ptr, out_ptr, cnt_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
-    HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+    HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = False,
 ):
     NW: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NW], instr_shape=[16, 8])
@@ -141,13 +141,30 @@ def _w4a8_mma2_kernel(
         as_rows = as_ptr + part * M + rows
     rs_rows = rs_ptr + part * M * G + rows * G
     acc = gl.zeros([BM, BN], gl.float32, MMA)
+    if PF:  # the first group's fragments; each step then loads the next group's before its MMAs
+        w0 = gl.load(w_ptrs + g_lo * 16 * N, mask=w_mask & (g_lo < g_hi), other=0)
+        w1 = gl.load(w_ptrs + (g_lo * 16 + 8) * N, mask=w_mask & (g_lo < g_hi), other=0)
+        a0 = gl.load(a_ptrs + g_lo * 16, mask=g_lo < g_hi, other=0)
+        a1 = gl.load(a_ptrs + g_lo * 16 + 8, mask=g_lo < g_hi, other=0)
     for g in range(g_lo, g_hi):
         t = gl.zeros([BM, BN], gl.float32, MMA)
-        for h in gl.static_range(2):
-            w = gl.load(w_ptrs + (g * 16 + 8 * h) * N, mask=w_mask, other=0)
-            a = gl.load(a_ptrs + (g * 16 + 8 * h))
+        if PF:
+            nxt = g + 1 < g_hi
+            w0n = gl.load(w_ptrs + (g + 1) * 16 * N, mask=w_mask & nxt, other=0)
+            w1n = gl.load(w_ptrs + ((g + 1) * 16 + 8) * N, mask=w_mask & nxt, other=0)
+            a0n = gl.load(a_ptrs + (g + 1) * 16, mask=nxt, other=0)
+            a1n = gl.load(a_ptrs + (g + 1) * 16 + 8, mask=nxt, other=0)
             for j in gl.static_range(4):
-                t = mma_v2(_act_pair(a, j, INT8), _code_pair(w, j), t)
+                t = mma_v2(_act_pair(a0, j, INT8), _code_pair(w0, j), t)
+            for j in gl.static_range(4):
+                t = mma_v2(_act_pair(a1, j, INT8), _code_pair(w1, j), t)
+            w0, w1, a0, a1 = w0n, w1n, a0n, a1n
+        else:
+            for h in gl.static_range(2):
+                w = gl.load(w_ptrs + (g * 16 + 8 * h) * N, mask=w_mask, other=0)
+                a = gl.load(a_ptrs + (g * 16 + 8 * h))
+                for j in gl.static_range(4):
+                    t = mma_v2(_act_pair(a, j, INT8), _code_pair(w, j), t)
         sz = gl.load(sz_ptr + g * N + no, mask=mask_n, other=0)
         s = (sz & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
         sd = s * (sz >> 16).to(gl.float32)

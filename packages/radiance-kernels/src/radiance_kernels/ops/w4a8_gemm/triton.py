@@ -417,7 +417,7 @@ def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
     return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
-                gemv=False, mma2=False, rw=4) | knobs
+                gemv=False, mma2=False, pf=False, rw=4) | knobs
 
 
 DECODE = {
@@ -444,6 +444,9 @@ DECODE = {
     "mma2_o4": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, occ=4),
     "mma2w": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True),
     "mma2n64": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8),
+    "mma2p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=True),
+    "mma2n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=True),
+    "mma2n64p4": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=4, pf=True),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -499,7 +502,7 @@ PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), 
 #: 462; M = 8192 997-1011 / 466-483; at M = 128 it wins down and gate_up, not qkv (the tuned table says per shape).
 BLOCKWISE_DEFAULT = "blockwise"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
-         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "predeq", "blockwise"}
+         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "predeq", "blockwise"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -538,7 +541,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", rw=4, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, gemv=False, mma2=False, predeq=False, blockwise=False)
+                apre=False, gemv=False, mma2=False, pf=False, predeq=False, blockwise=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -550,6 +553,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     if cfg["rw"] not in (1, 2, 4, 8, 16):
         raise ValueError(f"w4a8_gemm config: rw (split partials per reduction step) must be 1, 2, 4, 8 or 16, got "
                          f"{cfg['rw']!r}")
+    if cfg["pf"] and not cfg["mma2"]:
+        raise ValueError("w4a8_gemm config: pf (prefetch the next group's fragments) is a knob of the mma2 kernel")
     if cfg["mma2"]:
         if band != "decode" or M > 16:
             raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
@@ -647,6 +652,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         tensors = (*tensors[:3], unpacked(), *tensors[4:])
     if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
+    if cfg["mma2"]:
+        constexprs["PF"] = cfg["pf"]
     if cfg["gemv"]:
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
     elif not cfg["mma2"]:
