@@ -495,6 +495,25 @@ def test_full_shapes(proj):
 
 @pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
 @pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
+def test_mma2_full_shapes(proj):
+    """The register-fed mma.sync decode kernel at the 27B shapes: M = 8 e4m3 per-group on the prefetching 2-warp
+    config, M = 16 int8 per-token on the 4-warp one, M = 3 e4m3 per-token on the plain one."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    w = prepare_codes(*weights(proj.K, proj.N, 4, seed=proj.K, device="cuda"), 4)
+    for M, elem, grouped, name in ((8, "e4m3", True, "mma2n64p"), (16, "int8", False, "mma2p"),
+                                   (3, "e4m3", False, "mma2")):
+        A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
+        ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
+        out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")
+        impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", out=out, cfg=impl.DECODE[name])
+        r, mx = gemm_error(out[:M], ref)
+        assert r <= REL and mx <= 4 * REL, (M, elem, name, r, mx)
+        assert torch.all(out[M:] == 5.0)
+
+
+@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
+@pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
 def test_gemv_full_shapes(proj):
     """The CUDA-core decode kernel at the 27B shapes, both activation elements: M = 1 int4 on the wide-reduction
     occupancy config, M = 2 int5 on the 8-program one (whatever the tuned table picks)."""
