@@ -205,6 +205,35 @@ def test_mma2_configs(name, elem, grouped, M):
     assert torch.all(out[M:] == 5.0)
 
 
+@pytest.mark.parametrize("int8,pf", [(False, True), (True, False)])
+def test_mma2_compiles_for_sm90(int8, pf):
+    """The Gluon kernel compiles for sm_90 with this environment's Triton (no GPU needed; the H200 runs 3.6):
+    ptxas accepts its inline PTX, no spill, and its loop has no shared-memory store (the point of the kernel)."""
+    import os
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel as kernel
+
+    if not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
+        pytest.skip("this Triton has no bundled ptxas")
+    ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=16, BN=64, BK=128, PF=pf)
+    types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
+             "out_ptr": "*bf16", "cnt_ptr": "*i32"}
+    sig = {n: "constexpr" if n in ce else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
+           for n in kernel.arg_names}
+    c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
+    ptx = c.asm["ptx"]
+    assert ptx.count("mma.sync.aligned.m16n8k16") >= 8
+    assert ("cvt.rn.f16x2.e4m3x2" in ptx) != int8
+    assert c.metadata.shared <= 16  # the reduction's atomic broadcast at most: no operand staging
+    assert not re.search(r"st\.shared", ptx.split("atom.")[0])  # nothing stored to shared memory before the epilogue
+
+
 def test_mma2_refuses_where_it_cannot_run(device):
     """Off NVIDIA (and under the interpreter) or with int5 weights the mma2 config names what it needs."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
