@@ -186,7 +186,7 @@ def test_split_reduction_width_is_bit_exact(name, device):
 
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
-@pytest.mark.parametrize("name", ["mma2", "mma2_o4", "mma2w", "mma2n64", "mma2p", "mma2n64p"])
+@pytest.mark.parametrize("name", ["mma2", "mma2_o4", "mma2w", "mma2n64", "mma2p", "mma2n64p", "mma2p2", "mma2n64p2"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5)])
 def test_mma2_configs(name, elem, grouped, M):
@@ -205,7 +205,7 @@ def test_mma2_configs(name, elem, grouped, M):
     assert torch.all(out[M:] == 5.0)
 
 
-@pytest.mark.parametrize("int8,pf", [(False, True), (True, False)])
+@pytest.mark.parametrize("int8,pf", [(False, 2), (True, 0), (False, 1)])
 def test_mma2_compiles_for_sm90(int8, pf):
     """The Gluon kernel compiles for sm_90 with this environment's Triton (no GPU needed; the H200 runs 3.6):
     ptxas accepts its inline PTX, no spill, and its loop has no shared-memory store (the point of the kernel)."""

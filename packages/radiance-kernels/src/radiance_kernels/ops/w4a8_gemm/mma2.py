@@ -15,7 +15,7 @@ K order inside a group: the MMA's reduction index is ours to choose, so slot ``s
 of signed codes. Its activation pair is bytes ``j`` and ``j + 4`` of one 8-byte activation word (one ``prmt``, then
 ``cvt.rn.f16x2.e4m3x2``; int8 by the same ``1024 +`` trick). Loads: ``wq`` words by the B fragment (a thread's 4-byte
 words of rows ``8h + t``, ``8h + t + 4``), activation words by the A fragment (L1-resident; both pair slots name the
-same word, one load).
+same word, one load). ``PF`` (0-2): how many groups ahead the fragments are loaded.
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens x ``BN`` columns, warps side by side along N; splits and the split-order
@@ -103,11 +103,21 @@ def _act_pair(a, J: gl.constexpr, INT8: gl.constexpr):
 
 
 @gluon.jit
+def _fragments(w_ptrs, w_mask, a_ptrs, N, g, valid):
+    """Group g's weight words (halves 0 / 1, B fragments) and activation words (A fragments); zeros if not valid."""
+    w0 = gl.load(w_ptrs + g * 16 * N, mask=w_mask & valid, other=0)
+    w1 = gl.load(w_ptrs + (g * 16 + 8) * N, mask=w_mask & valid, other=0)
+    a0 = gl.load(a_ptrs + g * 16, mask=valid, other=0)
+    a1 = gl.load(a_ptrs + g * 16 + 8, mask=valid, other=0)
+    return w0, w1, a0, a1
+
+
+@gluon.jit
 def _w4a8_mma2_kernel(
     a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, ws_ptr, out_ptr, cnt_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
-    HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = False,
+    HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
 ):
     NW: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NW], instr_shape=[16, 8])
@@ -141,30 +151,25 @@ def _w4a8_mma2_kernel(
         as_rows = as_ptr + part * M + rows
     rs_rows = rs_ptr + part * M * G + rows * G
     acc = gl.zeros([BM, BN], gl.float32, MMA)
-    if PF:  # the first group's fragments; each step then loads the next group's before its MMAs
-        w0 = gl.load(w_ptrs + g_lo * 16 * N, mask=w_mask & (g_lo < g_hi), other=0)
-        w1 = gl.load(w_ptrs + (g_lo * 16 + 8) * N, mask=w_mask & (g_lo < g_hi), other=0)
-        a0 = gl.load(a_ptrs + g_lo * 16, mask=g_lo < g_hi, other=0)
-        a1 = gl.load(a_ptrs + g_lo * 16 + 8, mask=g_lo < g_hi, other=0)
+    if PF >= 1:  # fragments PF groups ahead: each step loads group g + PF before group g's MMAs
+        w0, w1, a0, a1 = _fragments(w_ptrs, w_mask, a_ptrs, N, g_lo, g_lo < g_hi)
+    if PF == 2:
+        w0b, w1b, a0b, a1b = _fragments(w_ptrs, w_mask, a_ptrs, N, g_lo + 1, g_lo + 1 < g_hi)
     for g in range(g_lo, g_hi):
-        t = gl.zeros([BM, BN], gl.float32, MMA)
-        if PF:
-            nxt = g + 1 < g_hi
-            w0n = gl.load(w_ptrs + (g + 1) * 16 * N, mask=w_mask & nxt, other=0)
-            w1n = gl.load(w_ptrs + ((g + 1) * 16 + 8) * N, mask=w_mask & nxt, other=0)
-            a0n = gl.load(a_ptrs + (g + 1) * 16, mask=nxt, other=0)
-            a1n = gl.load(a_ptrs + (g + 1) * 16 + 8, mask=nxt, other=0)
-            for j in gl.static_range(4):
-                t = mma_v2(_act_pair(a0, j, INT8), _code_pair(w0, j), t)
-            for j in gl.static_range(4):
-                t = mma_v2(_act_pair(a1, j, INT8), _code_pair(w1, j), t)
-            w0, w1, a0, a1 = w0n, w1n, a0n, a1n
+        if PF == 0:
+            w0, w1, a0, a1 = _fragments(w_ptrs, w_mask, a_ptrs, N, g, g < g_hi)
         else:
-            for h in gl.static_range(2):
-                w = gl.load(w_ptrs + (g * 16 + 8 * h) * N, mask=w_mask, other=0)
-                a = gl.load(a_ptrs + (g * 16 + 8 * h))
-                for j in gl.static_range(4):
-                    t = mma_v2(_act_pair(a, j, INT8), _code_pair(w, j), t)
+            w0n, w1n, a0n, a1n = _fragments(w_ptrs, w_mask, a_ptrs, N, g + PF, g + PF < g_hi)
+        t = gl.zeros([BM, BN], gl.float32, MMA)
+        for j in gl.static_range(4):
+            t = mma_v2(_act_pair(a0, j, INT8), _code_pair(w0, j), t)
+        for j in gl.static_range(4):
+            t = mma_v2(_act_pair(a1, j, INT8), _code_pair(w1, j), t)
+        if PF == 1:
+            w0, w1, a0, a1 = w0n, w1n, a0n, a1n
+        elif PF == 2:
+            w0, w1, a0, a1 = w0b, w1b, a0b, a1b
+            w0b, w1b, a0b, a1b = w0n, w1n, a0n, a1n
         sz = gl.load(sz_ptr + g * N + no, mask=mask_n, other=0)
         s = (sz & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
         sd = s * (sz >> 16).to(gl.float32)

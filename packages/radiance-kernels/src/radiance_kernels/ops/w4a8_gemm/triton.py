@@ -417,7 +417,7 @@ def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
     return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
-                gemv=False, mma2=False, pf=False, rw=4) | knobs
+                gemv=False, mma2=False, pf=0, rw=4) | knobs
 
 
 DECODE = {
@@ -444,9 +444,11 @@ DECODE = {
     "mma2_o4": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, occ=4),
     "mma2w": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True),
     "mma2n64": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8),
-    "mma2p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=True),
-    "mma2n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=True),
-    "mma2n64p4": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=4, pf=True),
+    "mma2p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1),
+    "mma2n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1),
+    "mma2n64p4": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=4, pf=1),
+    "mma2p2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2),
+    "mma2n64p2": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=2),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -541,7 +543,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", rw=4, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, gemv=False, mma2=False, pf=False, predeq=False, blockwise=False)
+                apre=False, gemv=False, mma2=False, pf=0, predeq=False, blockwise=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -553,8 +555,9 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     if cfg["rw"] not in (1, 2, 4, 8, 16):
         raise ValueError(f"w4a8_gemm config: rw (split partials per reduction step) must be 1, 2, 4, 8 or 16, got "
                          f"{cfg['rw']!r}")
-    if cfg["pf"] and not cfg["mma2"]:
-        raise ValueError("w4a8_gemm config: pf (prefetch the next group's fragments) is a knob of the mma2 kernel")
+    if cfg["pf"] not in (0, 1, 2) or (cfg["pf"] and not cfg["mma2"]):
+        raise ValueError(f"w4a8_gemm config: pf (groups of fragments loaded ahead: 0, 1, 2) is a knob of the mma2 "
+                         f"kernel, got {cfg['pf']!r}")
     if cfg["mma2"]:
         if band != "decode" or M > 16:
             raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
