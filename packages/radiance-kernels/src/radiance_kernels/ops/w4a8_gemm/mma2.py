@@ -1,4 +1,5 @@
-"""Decode W4A8 GEMM on register-fed ``mma.sync`` (Gluon, NVIDIA sm_80+): int4 weights, e4m3 / int8 activations.
+"""Decode W4A8 GEMM on register-fed ``mma.sync`` (Gluon; NVIDIA sm_89+ for e4m3, sm_80+ for int8 activations):
+int4 weights.
 
 The Triton loops stage every MMA operand they build in registers through shared memory (a layout conversion behind
 barriers, per dot); here the layouts are explicit, so both operands are *loaded* in the m16n8k16 fragment layouts and

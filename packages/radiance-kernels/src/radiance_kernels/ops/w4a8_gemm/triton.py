@@ -637,6 +637,9 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         if interp or torch.device(device).type != "cuda" or torch.version.cuda is None or constexprs["BITS"] != 4:
             raise ValueError(f"{op}: the mma2 config (Gluon, inline PTX) runs int4 weights on NVIDIA GPUs only; "
                              "elsewhere the Triton nib8 loop is its twin")
+        need = (8, 0) if constexprs["INT8"] else (8, 9)  # mma.sync m16n8k16; e4m3 pairs: cvt.rn.f16x2.e4m3x2
+        if torch.cuda.get_device_capability(device) < need:
+            raise ValueError(f"{op}: the mma2 config needs compute capability >= {need} for these activations")
         kernel, has_dot16 = mma2(), False
     if cfg["reduce"] not in ("host", "kernel"):
         raise ValueError(f"{op}: reduce must be 'host' or 'kernel', got {cfg['reduce']!r}")
