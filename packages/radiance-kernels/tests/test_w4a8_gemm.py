@@ -186,7 +186,7 @@ def test_split_reduction_width_is_bit_exact(name, device):
 
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
-@pytest.mark.parametrize("name", ["mma2", "mma2_o4", "mma2w", "mma2n64", "mma2p", "mma2n64p", "mma2p2", "mma2n64p2"])
+@pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5)])
 def test_mma2_configs(name, elem, grouped, M):

@@ -409,6 +409,11 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: 57.7, down 27.9 vs 33.2 us. "rw" (all configs) is the split reduction's partials per L2 round trip (4 unless a config
 #: says): the "r" siblings take 8 / 16, which pays where a tile has many splits of few groups (o_proj, 48 splits of one
 #: group: 15.5 -> 12.3 us, call 29) and costs residency elsewhere (its registers lift the 32-register gemv loop to ~50).
+#: "mma2*" (M <= 16, int4, NVIDIA): the Gluon kernel of :mod:`.mma2`, both MMA operands loaded in their fragment
+#: layouts; "p" / "p2" load the fragments one / two groups ahead, "n64" is 64 columns on 2 warps at 8 programs per SM.
+#: H200 calls 32-35 (M = 8 e4m3, us, vs nib8xpr): mma2p2 gate_up 52.9 vs 66.2, qkv 25.2 vs 28.3; mma2n64p o_proj 15.1
+#: vs 19.0. Measured and removed (slower everywhere): 4 programs per SM, 256 columns, n64 without prefetch, n64 at 4
+#: programs per SM, n64 two groups ahead.
 #: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight
 #: loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
@@ -441,14 +446,9 @@ DECODE = {
     "gemv256_o16r": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16, rw=16),
     "gemv128_o16r": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, gemv=True, occ=16, rw=16),
     "mma2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True),
-    "mma2_o4": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, occ=4),
-    "mma2w": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True),
-    "mma2n64": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8),
     "mma2p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1),
     "mma2n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1),
-    "mma2n64p4": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=4, pf=1),
     "mma2p2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2),
-    "mma2n64p2": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=2),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
