@@ -103,11 +103,48 @@ def _act_pair(a, J: gl.constexpr, INT8: gl.constexpr):
     return r
 
 
+@gluon.constexpr_function
+def _run_layout(BN, NW):
+    """``[8 word rows, BN columns]`` of ``wq`` with each thread's four B-fragment column repeats adjacent (one
+    16-byte load per row): the B fragment's thread map (lane bits 0-1 the row, 2-4 the column, rows ``t``, ``t + 4``
+    in registers) over the runs of four columns."""
+    reps = BN // (8 * NW) // 4
+    reg = [[0, 1], [0, 2], [4, 0]] + [[0, 32 * NW << k] for k in range(reps.bit_length() - 1)]
+    lane = [[1, 0], [2, 0], [0, 4], [0, 8], [0, 16]]
+    warp = [[0, 32 << k] for k in range(NW.bit_length() - 1)]
+    return gl.DistributedLinearLayout(reg, lane, warp, [], [8, BN])
+
+
 @gluon.jit
-def _fragments(w_ptrs, w_mask, a_ptrs, N, g, valid):
+def _b_words(ptrs, mask, LB: gl.constexpr, V16: gl.constexpr):
+    """One half's B-fragment words ``[16 slots, BN]`` (slot ``s``: word row ``s // 2``). ``V16``: ``ptrs`` address
+    ``[8 rows, BN]`` by run (:func:`_run_layout`); the runs are regrouped in registers so that fragment column ``n``
+    holds the weight column :func:`_column` gives."""
+    w = gl.load(ptrs, mask=mask, other=0)
+    if V16:
+        BN: gl.constexpr = w.shape[1]
+        NW: gl.constexpr = gl.num_warps()
+        w = gl.reshape(gl.permute(gl.reshape(w, [8, BN // (32 * NW), NW, 8, 4]), [0, 1, 4, 2, 3]), [8, BN])
+        w = gl.reshape(gl.permute(gl.join(w, w), [0, 2, 1]), [16, BN])
+        w = gl.convert_layout(w, LB, assert_trivial=True)
+    return w
+
+
+@gluon.jit
+def _column(n, V16: gl.constexpr, NW: gl.constexpr):
+    """Weight column of fragment column ``n`` within its tile: ``n`` itself, or with ``V16`` (``n = ((4 i_hi +
+    i_lo) NW + w) 8 + c``) the run position ``((i_hi NW + w) 8 + c) 4 + i_lo``."""
+    if V16:
+        i = n // (8 * NW)
+        n = (((i // 4) * NW + (n // 8) % NW) * 8 + n % 8) * 4 + i % 4
+    return n
+
+
+@gluon.jit
+def _fragments(w_ptrs, w_mask, a_ptrs, N, g, valid, LB: gl.constexpr, V16: gl.constexpr):
     """Group g's weight words (halves 0 / 1, B fragments) and activation words (A fragments); zeros if not valid."""
-    w0 = gl.load(w_ptrs + g * 16 * N, mask=w_mask & valid, other=0)
-    w1 = gl.load(w_ptrs + (g * 16 + 8) * N, mask=w_mask & valid, other=0)
+    w0 = _b_words(w_ptrs + g * 16 * N, w_mask & valid, LB, V16)
+    w1 = _b_words(w_ptrs + (g * 16 + 8) * N, w_mask & valid, LB, V16)
     a0 = gl.load(a_ptrs + g * 16, mask=valid, other=0)
     a1 = gl.load(a_ptrs + g * 16 + 8, mask=valid, other=0)
     return w0, w1, a0, a1
@@ -119,6 +156,7 @@ def _w4a8_mma2_kernel(
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
+    V16: gl.constexpr = False,
 ):
     NW: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NW], instr_shape=[16, 8])
@@ -130,11 +168,16 @@ def _w4a8_mma2_kernel(
     G = K // BK
     g_lo = gl.program_id(1) * groups_per_split
     g_hi = gl.minimum(g_lo + groups_per_split, G)
-    # B fragments: words [16 slots, BN] (slot s: word row s // 2 of the half)
-    sb = gl.arange(0, 16, layout=gl.SliceLayout(1, LB))
-    nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
-    w_ptrs = wq_ptr + (sb // 2)[:, None] * N + nb[None, :]
-    w_mask = (sb >= 0)[:, None] & (nb < N)[None, :]
+    # B fragments: words [16 slots, BN] (slot s: word row s // 2 of the half), or [8 rows, BN] by run (V16)
+    if V16:
+        LW: gl.constexpr = _run_layout(BN, NW)
+        rb = gl.arange(0, 8, layout=gl.SliceLayout(1, LW))
+        nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LW))
+    else:
+        rb = gl.arange(0, 16, layout=gl.SliceLayout(1, LB)) // 2
+        nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
+    w_ptrs = wq_ptr + rb[:, None] * N + nb[None, :]
+    w_mask = (rb >= 0)[:, None] & (nb < N)[None, :]
     # A fragments: activation words [16 tokens, 16 slots] (slot s: word row s // 2 of the half), rows clamped
     ma = gl.arange(0, BM, layout=gl.SliceLayout(1, LA))
     sa = gl.arange(0, 16, layout=gl.SliceLayout(0, LA))
@@ -142,7 +185,7 @@ def _w4a8_mma2_kernel(
     a_ptrs = a64 + (gl.minimum(ma, M - 1).to(gl.int64) * (K // 8))[:, None] + (sa // 2)[None, :]
     # accumulator frame
     mo = gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
-    no = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
+    no = n0 + _column(gl.arange(0, BN, layout=gl.SliceLayout(0, MMA)), V16, NW)
     mask_m = mo < M
     mask_n = no < N
     rows = gl.minimum(mo, M - 1)
@@ -153,14 +196,14 @@ def _w4a8_mma2_kernel(
     rs_rows = rs_ptr + part * M * G + rows * G
     acc = gl.zeros([BM, BN], gl.float32, MMA)
     if PF >= 1:  # fragments PF groups ahead: each step loads group g + PF before group g's MMAs
-        w0, w1, a0, a1 = _fragments(w_ptrs, w_mask, a_ptrs, N, g_lo, g_lo < g_hi)
+        w0, w1, a0, a1 = _fragments(w_ptrs, w_mask, a_ptrs, N, g_lo, g_lo < g_hi, LB, V16)
     if PF == 2:
-        w0b, w1b, a0b, a1b = _fragments(w_ptrs, w_mask, a_ptrs, N, g_lo + 1, g_lo + 1 < g_hi)
+        w0b, w1b, a0b, a1b = _fragments(w_ptrs, w_mask, a_ptrs, N, g_lo + 1, g_lo + 1 < g_hi, LB, V16)
     for g in range(g_lo, g_hi):
         if PF == 0:
-            w0, w1, a0, a1 = _fragments(w_ptrs, w_mask, a_ptrs, N, g, g < g_hi)
+            w0, w1, a0, a1 = _fragments(w_ptrs, w_mask, a_ptrs, N, g, g < g_hi, LB, V16)
         else:
-            w0n, w1n, a0n, a1n = _fragments(w_ptrs, w_mask, a_ptrs, N, g + PF, g + PF < g_hi)
+            w0n, w1n, a0n, a1n = _fragments(w_ptrs, w_mask, a_ptrs, N, g + PF, g + PF < g_hi, LB, V16)
         t = gl.zeros([BM, BN], gl.float32, MMA)
         for j in gl.static_range(4):
             t = mma_v2(_act_pair(a0, j, INT8), _code_pair(w0, j), t)
