@@ -52,6 +52,14 @@ def test_a_later_run_replaces_an_earlier_figure_per_config():
     assert got == {1: "nib8x", 8: "nib8"}
 
 
+def test_configs_since_removed_are_skipped():
+    """A config an old run timed that no longer exists cannot win (its name would not load)."""
+    rows = [row("decode_variants", "nib8", 1, 5.0), row("decode_variants", "mma2_o4", 1, 1.0),
+            row("prefill_variants", "k64w", 2048, 1.0), row("prefill_variants", "k64", 2048, 100.0)]
+    table = tune.build([run(rows)], [])["w4a8_gemm"]
+    assert [e["config"] for e in table["decode"] + table["prefill"]] == ["nib8", "k64"]
+
+
 def test_refuses_mixed_gpus_and_empty_input(tmp_path):
     with pytest.raises(ValueError, match="several GPUs"):
         tune.build([run([row("decode_variants", "nib8", 1, 5.0)]), run([], gpu="Other")], [])

@@ -4,7 +4,7 @@ the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) fro
 For every (band, N, K, M, activation element, weight bits) measured, the config with the best time wins, each
 config timed by the *last* input file that measured it there (inputs in measurement order: a later run times the
 current kernel, so its figure replaces an earlier one of code since changed, while configs it did not time keep
-theirs; ablation and failed rows are skipped; the element is the first word of a row's ``act`` label, e4m3 where a
+theirs; ablation and failed rows, and configs no longer defined, are skipped; the element is the first word of a row's ``act`` label, e4m3 where a
 row predates the field); each measured M of a shape serves the M above the previous measured one up to itself
 (``M_max``); larger M than any measured run the band's default. The table names the GPU and the source files;
 it is written atomically. Put it at ``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json`` to make serving
@@ -20,6 +20,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from radiance_kernels.ops.w4a8_gemm.triton import DECODE, PREFILL
 from radiance_kernels.ops.w4a8_gemm.tuned import gpu_key
 
 SECTIONS = {"decode_variants": "decode", "prefill_variants": "prefill"}
@@ -38,6 +39,8 @@ def build(runs: list[dict], sources: list[str]) -> dict:
             band = SECTIONS.get(row.get("section"))
             name = KERNEL.match(row["kernel"])
             if band is None or "error" in row or row.get("ablation") or name is None or ":" in name[2]:
+                continue
+            if name[2] not in (DECODE if band == "decode" else PREFILL):  # a config since removed
                 continue
             act = row.get("act", "e4m3").split()[0]
             key = (band, row["N"], row["K"], act, int(name[1]), row["M"])

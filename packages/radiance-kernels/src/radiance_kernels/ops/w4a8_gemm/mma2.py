@@ -141,13 +141,21 @@ def _column(n, V16: gl.constexpr, NW: gl.constexpr):
 
 
 @gluon.jit
-def _fragments(w_ptrs, w_mask, a_ptrs, N, g, valid, LB: gl.constexpr, V16: gl.constexpr):
-    """Group g's weight words (halves 0 / 1, B fragments) and activation words (A fragments); zeros if not valid."""
+def _fragments(w_ptrs, w_mask, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, LB: gl.constexpr,
+               V16: gl.constexpr, GROUP_AS: gl.constexpr):
+    """Everything group g's step reads, zeros if not valid: weight words (halves 0 / 1, B fragments), activation
+    words (A fragments), the weights' scale / zero words, the activations' row sums and (GROUP_AS) scales."""
     w0 = _b_words(w_ptrs + g * 16 * N, w_mask & valid, LB, V16)
     w1 = _b_words(w_ptrs + (g * 16 + 8) * N, w_mask & valid, LB, V16)
     a0 = gl.load(a_ptrs + g * 16, mask=valid, other=0)
     a1 = gl.load(a_ptrs + g * 16 + 8, mask=valid, other=0)
-    return w0, w1, a0, a1
+    sz = gl.load(sz_ptrs + g * N, mask=mask_n & valid, other=0)
+    rs = gl.load(rs_rows + g, mask=valid, other=0.0)
+    if GROUP_AS:
+        ag = gl.load(as_rows + g, mask=valid, other=0.0)
+    else:
+        ag = rs
+    return w0, w1, a0, a1, sz, rs, ag
 
 
 @gluon.jit
@@ -195,34 +203,38 @@ def _w4a8_mma2_kernel(
         as_rows = as_ptr + part * M + rows
     rs_rows = rs_ptr + part * M * G + rows * G
     acc = gl.zeros([BM, BN], gl.float32, MMA)
-    if PF >= 1:  # fragments PF groups ahead: each step loads group g + PF before group g's MMAs
-        w0, w1, a0, a1 = _fragments(w_ptrs, w_mask, a_ptrs, N, g_lo, g_lo < g_hi, LB, V16)
+    sz_ptrs = sz_ptr + no
+    if PF >= 1:  # group g + PF's loads are issued before group g's MMAs
+        f = _fragments(w_ptrs, w_mask, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo, g_lo < g_hi, LB, V16,
+                       GROUP_AS)
     if PF == 2:
-        w0b, w1b, a0b, a1b = _fragments(w_ptrs, w_mask, a_ptrs, N, g_lo + 1, g_lo + 1 < g_hi, LB, V16)
+        fb = _fragments(w_ptrs, w_mask, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo + 1, g_lo + 1 < g_hi, LB,
+                        V16, GROUP_AS)
     for g in range(g_lo, g_hi):
         if PF == 0:
-            w0, w1, a0, a1 = _fragments(w_ptrs, w_mask, a_ptrs, N, g, g < g_hi, LB, V16)
+            f = _fragments(w_ptrs, w_mask, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, LB, V16,
+                           GROUP_AS)
         else:
-            w0n, w1n, a0n, a1n = _fragments(w_ptrs, w_mask, a_ptrs, N, g + PF, g + PF < g_hi, LB, V16)
+            fn = _fragments(w_ptrs, w_mask, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, LB,
+                            V16, GROUP_AS)
+        w0, w1, a0, a1, sz, rs, ag = f
         t = gl.zeros([BM, BN], gl.float32, MMA)
         for j in gl.static_range(4):
             t = mma_v2(_act_pair(a0, j, INT8), _code_pair(w0, j), t)
         for j in gl.static_range(4):
             t = mma_v2(_act_pair(a1, j, INT8), _code_pair(w1, j), t)
-        if PF == 1:
-            w0, w1, a0, a1 = w0n, w1n, a0n, a1n
-        elif PF == 2:
-            w0, w1, a0, a1 = w0b, w1b, a0b, a1b
-            w0b, w1b, a0b, a1b = w0n, w1n, a0n, a1n
-        sz = gl.load(sz_ptr + g * N + no, mask=mask_n, other=0)
         s = (sz & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
         sd = s * (sz >> 16).to(gl.float32)
-        rs = gl.load(rs_rows + g)
         contrib = t * s[None, :] - rs[:, None] * sd[None, :]
         if GROUP_AS:
-            acc += gl.load(as_rows + g)[:, None] * contrib
+            acc += ag[:, None] * contrib
         else:
             acc += contrib
+        if PF == 1:
+            f = fn
+        elif PF == 2:
+            f = fb
+            fb = fn
     if not GROUP_AS:
         acc *= gl.load(as_rows)[:, None]
     mask = mask_m[:, None] & mask_n[None, :]
