@@ -186,12 +186,12 @@ def test_split_reduction_width_is_bit_exact(name, device):
 
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
-@pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma2pv", "mma2n64pv", "mma2p2v"])
+@pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8", "mma8p", "mma8n64p", "mma8p2"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5)])
 def test_mma2_configs(name, elem, grouped, M):
-    """The register-fed mma.sync decode kernel at 3 splits, P = 2, ragged N == reference (fp16-exact operands,
-    fp32 sums: only the summation order differs)."""
+    """The register-fed mma.sync decode kernel at 3 splits, P = 2, ragged N == reference (exact operands, fp32 /
+    int32 sums: only the summation order differs), both operand kinds (fp16; 8-bit: mma8*)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, K, N, bounds = 2, 640, 400, [0, 128, 400]
@@ -212,29 +212,31 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel as kernel
 out = []
-for int8, pf, v16 in ((False, 2, False), (True, 0, False), (False, 1, True), (True, 2, True)):
-    ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=16, BN=64, BK=128, PF=pf, V16=v16)
+for int8, pf, k8 in ((False, 2, False), (True, 0, False), (False, 1, True), (True, 2, True)):
+    ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=16, BN=64, BK=128, PF=pf, K8=k8)
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     sig = {n: "constexpr" if n in ce else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
-    div16 = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kernel.arg_names) if sig[n] != "constexpr"}
-    c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce, attrs=div16),
+    c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
     ptx = c.asm["ptx"]
-    out.append(dict(int8=int8, v16=v16, ld16="ld.global.v4.b32" in ptx,
-                    mma=ptx.count("mma.sync.aligned.m16n8k16"), cvt="cvt.rn.f16x2.e4m3x2" in ptx,
+    out.append(dict(int8=int8, k8=k8, mma=sorted(set(re.findall(r"mma[.]sync[.]aligned[.]([.\\w]+)", ptx))),
+                    n_mma=ptx.count("mma.sync.aligned"), cvt="cvt.rn.f16x2.e4m3x2" in ptx,
                     shared=c.metadata.shared, st_loop=bool(re.search(r"st[.]shared", ptx.split("atom.")[0]))))
 print(json.dumps(out))
 """
+#: the MMA each operand kind compiles to (8-bit operands: e4m3 x e4m3 or s8 x s8, k32; else fp16, k16)
+MMA2_KINDS = {(False, False): "m16n8k16.row.col.f32.f16.f16.f32", (True, False): "m16n8k16.row.col.f32.f16.f16.f32",
+              (False, True): "m16n8k32.row.col.f32.e4m3.e4m3.f32", (True, True): "m16n8k32.row.col.satfinite.s32.s8.s8.s32"}
 
 
 def test_mma2_compiles_for_sm90():
     """The Gluon kernel compiles for sm_90 with this environment's Triton (no GPU needed; the H200 runs 3.6), in a
     clean process (the interpreter's patches of the language break compilation in this one): ptxas accepts its
-    inline PTX, and nothing is stored to shared memory before the epilogue's atomic (no operand staging); with
-    ``V16`` the weights come in 16-byte loads (and the regrouping to fragments is a register renaming: the kernel's
-    ``convert_layout(..., assert_trivial=True)`` compiles)."""
+    inline PTX, each operand kind issues its MMA (8-bit operands: k32, half as many), the fp16 kind converts e4m3
+    activations by the paired convert, and nothing is stored to shared memory before the epilogue's atomic (no
+    operand staging)."""
     import json
     import os
     import subprocess
@@ -248,8 +250,9 @@ def test_mma2_compiles_for_sm90():
     run = subprocess.run([sys.executable, "-c", MMA2_SM90], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     for r in json.loads(run.stdout.splitlines()[-1]):
-        assert r["mma"] >= 8 and r["cvt"] != r["int8"] and r["shared"] <= 16 and not r["st_loop"], r
-        assert r["ld16"] == r["v16"], r  # v16: the weight runs are 16-byte loads, regrouped in registers
+        assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
+        assert r["n_mma"] >= (4 if r["k8"] else 8) and r["shared"] <= 16 and not r["st_loop"], r
+        assert r["cvt"] == (not r["int8"] and not r["k8"]), r
 
 
 def test_mma2_refuses_where_it_cannot_run(device):
@@ -549,8 +552,8 @@ def test_mma2_full_shapes(proj):
 
     w = prepare_codes(*weights(proj.K, proj.N, 4, seed=proj.K, device="cuda"), 4)
     for M, elem, grouped, name in ((8, "e4m3", True, "mma2n64p"), (16, "int8", False, "mma2p"),
-                                   (3, "e4m3", False, "mma2"), (8, "int8", True, "mma2p2v"),
-                                   (16, "e4m3", True, "mma2n64pv")):
+                                   (3, "e4m3", False, "mma2"), (8, "int8", True, "mma8p"),
+                                   (16, "int8", False, "mma8n64p"), (4, "e4m3", True, "mma8p2")):
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
         out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")

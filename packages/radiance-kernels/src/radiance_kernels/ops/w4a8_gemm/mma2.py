@@ -2,21 +2,30 @@
 int4 weights.
 
 The Triton loops stage every MMA operand they build in registers through shared memory (a layout conversion behind
-barriers, per dot); here the layouts are explicit, so both operands are *loaded* in the m16n8k16 fragment layouts and
-converted in registers: no shared memory, no barrier in the loop. Math as :mod:`.reference` with the signed code
-``c = q - 8`` (``sum a*q - z*RS = sum a*c - d*RS``), one 128-group per loop step::
+barriers, per dot); here the layouts are explicit, so both operands are *loaded* in the MMA fragment layouts and
+converted in registers: no shared memory, no barrier in the loop. Math as :mod:`.reference`, one 128-group per loop
+step, with a code ``c`` of ``q`` whose offset the row-sum term absorbs (``sum a*q - z*RS = sum a*c - (z - o)*RS``)::
 
-    t[m, n] = sum_{k in g} a[m, k] * c[k, n]        (8 mma.sync m16n8k16, fp16 operands exact, fp32 sums)
-    acc[m, n] += as(m, g) * (s[g, n] * t - s[g, n] * d[g, n] * RS[m, g])
+    t[m, n] = sum_{k in g} a[m, k] * c[k, n]        (exact products, fp32 / int32 sums)
+    acc[m, n] += as(m, g) * (s[g, n] * t - s[g, n] * (z[g, n] - o) * RS[m, g])
 
-K order inside a group: the MMA's reduction index is ours to choose, so slot ``s`` of step (half ``h``, nibble pair
-``j``) is code ``8 (8h + s // 2) + j + 4 (s % 2)`` — word row ``8h + s // 2`` of ``wq``, nibble ``j`` (even ``s``) or
-``j + 4`` (odd ``s``). A thread's fragment pair (slots ``2t``, ``2t + 1``) is then one word: ``(w >> 4j) & 0x000F000F
-| 0x64006400`` is the fp16 pair ``1024 + q`` (one shift, one ``lop3``), minus ``1032`` (one ``sub.f16x2``) the pair
-of signed codes. Its activation pair is bytes ``j`` and ``j + 4`` of one 8-byte activation word (one ``prmt``, then
-``cvt.rn.f16x2.e4m3x2``; int8 by the same ``1024 +`` trick). Loads: ``wq`` words by the B fragment (a thread's 4-byte
-words of rows ``8h + t``, ``8h + t + 4``), activation words by the A fragment (L1-resident; both pair slots name the
-same word, one load). ``PF`` (0-2): how many groups ahead the fragments are loaded.
+Two operand kinds (``K8``):
+
+- fp16 (m16n8k16, 8 MMAs per group): ``c = q - 8``, the activations converted to fp16 (exact). Step (half ``h``,
+  nibble ``j``), slot ``s``: word row ``8h + s // 2`` of ``wq``, nibble ``j`` (even ``s``) or ``j + 4`` (odd ``s``), so
+  a thread's fragment pair is one word: ``(w >> 4j) & 0x000F000F | 0x64006400`` is the pair ``1024 + q`` (one shift,
+  one ``lop3``), minus ``1032`` (one ``sub.f16x2``). Its activation pair is bytes ``j``, ``j + 4`` of one 8-byte word
+  (``prmt``, then ``cvt.rn.f16x2.e4m3x2``; int8 by the same ``1024 +`` trick).
+- 8-bit (m16n8k32, 4 MMAs per group, sm_89+ e4m3 x e4m3 or s8 x s8): ``c = q`` (``o = 0``), the activation bytes used
+  as stored. Step (half ``h``, ``j``), slot ``s``: word row ``8h + (s % 16) // 4 + 4 (s // 16)`` (a thread's two
+  registers: rows ``8h + t``, ``8h + t + 4``), each register four codes of one word — e4m3: nibbles ``4j .. 4j + 3``,
+  the four activation bytes of word half ``j`` as they are; the code bytes by two 8-entry ``prmt`` tables (codes 0-7,
+  8-15: a selector nibble with its top bit set gives 0, the top bit of each table's entries being 0) and an ``or``;
+  int8: nibbles ``j, j + 2, j + 4, j + 6`` (``(w >> 4j) & 0x0F0F0F0F``), the activation bytes by one ``prmt``.
+
+Loads: ``wq`` words by the B fragment, activation words by the A fragment (L1-resident; the slots of one word name it
+once), the group's scale / zero words and the activations' group sums and scales with them; ``PF`` (0-2): how many
+groups ahead all of these are loaded.
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens x ``BN`` columns, warps side by side along N; splits and the split-order
@@ -30,123 +39,59 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
-
-
-@gluon.jit
-def _code_pair(w, J: gl.constexpr):
-    """fp16 pairs (nibble J, nibble J + 4) - 8 of int32 words (one asm per fragment pair: both elements one word)."""
-    if J == 0:
-        r = gl.inline_asm_elementwise(
-            "{ .reg .b32 t, c; lop3.b32 t, $1, 0x000F000F, 0x64006400, 0xEA; mov.b32 c, 0x64086408;"
-            " sub.rn.f16x2 $0, t, c; }", "=r,r,r", [w], dtype=gl.float16, is_pure=True, pack=2)
-    elif J == 1:
-        r = gl.inline_asm_elementwise(
-            "{ .reg .b32 t, c; shr.b32 t, $1, 4; lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA;"
-            " mov.b32 c, 0x64086408; sub.rn.f16x2 $0, t, c; }", "=r,r,r", [w], dtype=gl.float16, is_pure=True, pack=2)
-    elif J == 2:
-        r = gl.inline_asm_elementwise(
-            "{ .reg .b32 t, c; shr.b32 t, $1, 8; lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA;"
-            " mov.b32 c, 0x64086408; sub.rn.f16x2 $0, t, c; }", "=r,r,r", [w], dtype=gl.float16, is_pure=True, pack=2)
-    else:
-        r = gl.inline_asm_elementwise(
-            "{ .reg .b32 t, c; shr.b32 t, $1, 12; lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA;"
-            " mov.b32 c, 0x64086408; sub.rn.f16x2 $0, t, c; }", "=r,r,r", [w], dtype=gl.float16, is_pure=True, pack=2)
-    return r
-
-
-@gluon.jit
-def _act_pair(a, J: gl.constexpr, INT8: gl.constexpr):
-    """fp16 pairs (byte J, byte J + 4) of int64 activation words: e4m3 codes by the hardware convert, int8 as
-    ``1024 + (b ^ 128)`` minus 1152."""
-    if INT8:
-        if J == 0:
-            r = gl.inline_asm_elementwise(
-                "{ .reg .b32 lo, hi, x, c; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x7440;"
-                " and.b32 x, x, 0x00FF00FF; xor.b32 x, x, 0x00800080; or.b32 x, x, 0x64006400; mov.b32 c, 0x64806480;"
-                " sub.rn.f16x2 $0, x, c; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
-        elif J == 1:
-            r = gl.inline_asm_elementwise(
-                "{ .reg .b32 lo, hi, x, c; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x7541;"
-                " and.b32 x, x, 0x00FF00FF; xor.b32 x, x, 0x00800080; or.b32 x, x, 0x64006400; mov.b32 c, 0x64806480;"
-                " sub.rn.f16x2 $0, x, c; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
-        elif J == 2:
-            r = gl.inline_asm_elementwise(
-                "{ .reg .b32 lo, hi, x, c; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x7642;"
-                " and.b32 x, x, 0x00FF00FF; xor.b32 x, x, 0x00800080; or.b32 x, x, 0x64006400; mov.b32 c, 0x64806480;"
-                " sub.rn.f16x2 $0, x, c; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
-        else:
-            r = gl.inline_asm_elementwise(
-                "{ .reg .b32 lo, hi, x, c; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x7743;"
-                " and.b32 x, x, 0x00FF00FF; xor.b32 x, x, 0x00800080; or.b32 x, x, 0x64006400; mov.b32 c, 0x64806480;"
-                " sub.rn.f16x2 $0, x, c; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
-    else:
-        if J == 0:
-            r = gl.inline_asm_elementwise(
-                "{ .reg .b32 lo, hi, x; .reg .b16 p; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x40;"
-                " cvt.u16.u32 p, x; cvt.rn.f16x2.e4m3x2 $0, p; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True,
-                pack=2)
-        elif J == 1:
-            r = gl.inline_asm_elementwise(
-                "{ .reg .b32 lo, hi, x; .reg .b16 p; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x51;"
-                " cvt.u16.u32 p, x; cvt.rn.f16x2.e4m3x2 $0, p; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True,
-                pack=2)
-        elif J == 2:
-            r = gl.inline_asm_elementwise(
-                "{ .reg .b32 lo, hi, x; .reg .b16 p; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x62;"
-                " cvt.u16.u32 p, x; cvt.rn.f16x2.e4m3x2 $0, p; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True,
-                pack=2)
-        else:
-            r = gl.inline_asm_elementwise(
-                "{ .reg .b32 lo, hi, x; .reg .b16 p; mov.b64 {lo, hi}, $1; prmt.b32 x, lo, hi, 0x73;"
-                " cvt.u16.u32 p, x; cvt.rn.f16x2.e4m3x2 $0, p; }", "=r,l,l", [a], dtype=gl.float16, is_pure=True,
-                pack=2)
-    return r
+#: e4m3 of the codes 0..7 and 8..15, bytes little-endian: prmt's tables (two registers each)
+_E4M3_TABLES = "mov.b32 t0, 0x44403800; mov.b32 t1, 0x4E4C4A48; mov.b32 t2, 0x53525150; mov.b32 t3, 0x57565554;"
 
 
 @gluon.constexpr_function
-def _run_layout(BN, NW):
-    """``[8 word rows, BN columns]`` of ``wq`` with each thread's four B-fragment column repeats adjacent (one
-    16-byte load per row): the B fragment's thread map (lane bits 0-1 the row, 2-4 the column, rows ``t``, ``t + 4``
-    in registers) over the runs of four columns."""
-    reps = BN // (8 * NW) // 4
-    reg = [[0, 1], [0, 2], [4, 0]] + [[0, 32 * NW << k] for k in range(reps.bit_length() - 1)]
-    lane = [[1, 0], [2, 0], [0, 4], [0, 8], [0, 16]]
-    warp = [[0, 32 << k] for k in range(NW.bit_length() - 1)]
-    return gl.DistributedLinearLayout(reg, lane, warp, [], [8, BN])
+def _code_asm(K8, INT8, j):
+    """PTX: MMA B elements from int32 ``wq`` words ($1; the pack's other inputs repeat it), step ``j``."""
+    if not K8:
+        return (f"{{ .reg .b32 t, c; shr.b32 t, $1, {4 * j}; lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA;"
+                " mov.b32 c, 0x64086408; sub.rn.f16x2 $0, t, c; }")
+    if INT8:
+        return f"{{ .reg .b32 x; shr.b32 x, $1, {4 * j}; and.b32 $0, x, 0x0F0F0F0F; }}"
+    return (f"{{ .reg .b32 x, y, t0, t1, t2, t3, r; shr.b32 x, $1, {16 * j}; {_E4M3_TABLES}"
+            " prmt.b32 r, t0, t1, x; xor.b32 y, x, 0x8888; prmt.b32 y, t2, t3, y; or.b32 $0, r, y; }")
+
+
+@gluon.constexpr_function
+def _act_asm(K8, INT8, j):
+    """PTX: MMA A elements from int64 activation words ($1), step ``j``."""
+    if K8:
+        pick = ("prmt.b32 $0, lo, hi, 0x6420;", "prmt.b32 $0, lo, hi, 0x7531;") if INT8 else \
+            ("mov.b32 $0, lo;", "mov.b32 $0, hi;")
+        return f"{{ .reg .b32 lo, hi; mov.b64 {{lo, hi}}, $1; {pick[j]} }}"
+    sel = 0x7440 + 0x101 * j  # bytes j, j + 4 to the low bytes of each half
+    if INT8:
+        return (f"{{ .reg .b32 lo, hi, x, c; mov.b64 {{lo, hi}}, $1; prmt.b32 x, lo, hi, {sel:#x};"
+                " and.b32 x, x, 0x00FF00FF; xor.b32 x, x, 0x00800080; or.b32 x, x, 0x64006400;"
+                " mov.b32 c, 0x64806480; sub.rn.f16x2 $0, x, c; }")
+    return (f"{{ .reg .b32 lo, hi, x; .reg .b16 p; mov.b64 {{lo, hi}}, $1; prmt.b32 x, lo, hi, {0x40 + 0x11 * j:#x};"
+            " cvt.u16.u32 p, x; cvt.rn.f16x2.e4m3x2 $0, p; }")
 
 
 @gluon.jit
-def _b_words(ptrs, mask, LB: gl.constexpr, V16: gl.constexpr):
-    """One half's B-fragment words ``[16 slots, BN]`` (slot ``s``: word row ``s // 2``). ``V16``: ``ptrs`` address
-    ``[8 rows, BN]`` by run (:func:`_run_layout`); the runs are regrouped in registers so that fragment column ``n``
-    holds the weight column :func:`_column` gives."""
-    w = gl.load(ptrs, mask=mask, other=0)
-    if V16:
-        BN: gl.constexpr = w.shape[1]
-        NW: gl.constexpr = gl.num_warps()
-        w = gl.reshape(gl.permute(gl.reshape(w, [8, BN // (32 * NW), NW, 8, 4]), [0, 1, 4, 2, 3]), [8, BN])
-        w = gl.reshape(gl.permute(gl.join(w, w), [0, 2, 1]), [16, BN])
-        w = gl.convert_layout(w, LB, assert_trivial=True)
-    return w
+def _operands(a, w, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr):
+    """Step j's A and B operands from the activation words ``a`` and the weight words ``w`` of one half-group."""
+    if K8:
+        el: gl.constexpr = gl.int8 if INT8 else gl.float8e4nv
+        A = gl.inline_asm_elementwise(_act_asm(K8, INT8, j), "=r,l,l,l,l", [a], dtype=gl.int8, is_pure=True, pack=4)
+        B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j), "=r,r,r,r,r", [w], dtype=gl.int8, is_pure=True, pack=4)
+        A = A.to(el, bitcast=True)
+        B = B.to(el, bitcast=True)
+    else:
+        A = gl.inline_asm_elementwise(_act_asm(K8, INT8, j), "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
+        B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j), "=r,r,r", [w], dtype=gl.float16, is_pure=True, pack=2)
+    return A, B
 
 
 @gluon.jit
-def _column(n, V16: gl.constexpr, NW: gl.constexpr):
-    """Weight column of fragment column ``n`` within its tile: ``n`` itself, or with ``V16`` (``n = ((4 i_hi +
-    i_lo) NW + w) 8 + c``) the run position ``((i_hi NW + w) 8 + c) 4 + i_lo``."""
-    if V16:
-        i = n // (8 * NW)
-        n = (((i // 4) * NW + (n // 8) % NW) * 8 + n % 8) * 4 + i % 4
-    return n
-
-
-@gluon.jit
-def _fragments(w_ptrs, w_mask, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, LB: gl.constexpr,
-               V16: gl.constexpr, GROUP_AS: gl.constexpr):
+def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, GROUP_AS: gl.constexpr):
     """Everything group g's step reads, zeros if not valid: weight words (halves 0 / 1, B fragments), activation
     words (A fragments), the weights' scale / zero words, the activations' row sums and (GROUP_AS) scales."""
-    w0 = _b_words(w_ptrs + g * 16 * N, w_mask & valid, LB, V16)
-    w1 = _b_words(w_ptrs + (g * 16 + 8) * N, w_mask & valid, LB, V16)
+    w0 = gl.load(w_ptrs + g * 16 * N, mask=valid, other=0)
+    w1 = gl.load(w_ptrs + (g * 16 + 8) * N, mask=valid, other=0)
     a0 = gl.load(a_ptrs + g * 16, mask=valid, other=0)
     a1 = gl.load(a_ptrs + g * 16 + 8, mask=valid, other=0)
     sz = gl.load(sz_ptrs + g * N, mask=mask_n & valid, other=0)
@@ -164,36 +109,33 @@ def _w4a8_mma2_kernel(
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
-    V16: gl.constexpr = False,
+    K8: gl.constexpr = False,
 ):
     NW: gl.constexpr = gl.num_warps()
+    KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
+    SLOTS: gl.constexpr = 8 * KW  # the MMA's k
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NW], instr_shape=[16, 8])
-    LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    LB: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=KW)
+    LB: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=KW)
     gl.static_assert(BITS == 4 and BM == 16 and BK == 128)
     n0 = gl.program_id(0) * BN
     part = (n0 >= b1).to(gl.int32) + (n0 >= b2).to(gl.int32)
     G = K // BK
     g_lo = gl.program_id(1) * groups_per_split
     g_hi = gl.minimum(g_lo + groups_per_split, G)
-    # B fragments: words [16 slots, BN] (slot s: word row s // 2 of the half), or [8 rows, BN] by run (V16)
-    if V16:
-        LW: gl.constexpr = _run_layout(BN, NW)
-        rb = gl.arange(0, 8, layout=gl.SliceLayout(1, LW))
-        nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LW))
-    else:
-        rb = gl.arange(0, 16, layout=gl.SliceLayout(1, LB)) // 2
-        nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
-    w_ptrs = wq_ptr + rb[:, None] * N + nb[None, :]
-    w_mask = (rb >= 0)[:, None] & (nb < N)[None, :]
-    # A fragments: activation words [16 tokens, 16 slots] (slot s: word row s // 2 of the half), rows clamped
+    # B fragments: words [SLOTS, BN]; slot s of a half-group: word row (s % 4KW) // KW + 4 (s // 4KW)
+    sb = gl.arange(0, SLOTS, layout=gl.SliceLayout(1, LB))
+    nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
+    w_ptrs = wq_ptr + ((sb % (4 * KW)) // KW + 4 * (sb // (4 * KW)))[:, None] * N + gl.minimum(nb, N - 1)[None, :]
+    # A fragments: activation words [16 tokens, SLOTS] (slots to word rows as B's), rows clamped
     ma = gl.arange(0, BM, layout=gl.SliceLayout(1, LA))
-    sa = gl.arange(0, 16, layout=gl.SliceLayout(0, LA))
+    sa = gl.arange(0, SLOTS, layout=gl.SliceLayout(0, LA))
     a64 = a_ptr.to(gl.pointer_type(gl.int64)) + part.to(gl.int64) * M * (K // 8)
-    a_ptrs = a64 + (gl.minimum(ma, M - 1).to(gl.int64) * (K // 8))[:, None] + (sa // 2)[None, :]
+    a_ptrs = a64 + (gl.minimum(ma, M - 1).to(gl.int64) * (K // 8))[:, None] + \
+        ((sa % (4 * KW)) // KW + 4 * (sa // (4 * KW)))[None, :]
     # accumulator frame
     mo = gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
-    no = n0 + _column(gl.arange(0, BN, layout=gl.SliceLayout(0, MMA)), V16, NW)
+    no = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
     mask_m = mo < M
     mask_n = no < N
     rows = gl.minimum(mo, M - 1)
@@ -202,30 +144,29 @@ def _w4a8_mma2_kernel(
     else:
         as_rows = as_ptr + part * M + rows
     rs_rows = rs_ptr + part * M * G + rows * G
+    ZO: gl.constexpr = 8 if K8 else 0  # z - o = d + ZO (sz's high half is d = z - 8)
     acc = gl.zeros([BM, BN], gl.float32, MMA)
     sz_ptrs = sz_ptr + no
     if PF >= 1:  # group g + PF's loads are issued before group g's MMAs
-        f = _fragments(w_ptrs, w_mask, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo, g_lo < g_hi, LB, V16,
-                       GROUP_AS)
+        f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo, g_lo < g_hi, GROUP_AS)
     if PF == 2:
-        fb = _fragments(w_ptrs, w_mask, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo + 1, g_lo + 1 < g_hi, LB,
-                        V16, GROUP_AS)
+        fb = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo + 1, g_lo + 1 < g_hi, GROUP_AS)
     for g in range(g_lo, g_hi):
         if PF == 0:
-            f = _fragments(w_ptrs, w_mask, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, LB, V16,
-                           GROUP_AS)
+            f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, GROUP_AS)
         else:
-            fn = _fragments(w_ptrs, w_mask, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, LB,
-                            V16, GROUP_AS)
+            fn = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, GROUP_AS)
         w0, w1, a0, a1, sz, rs, ag = f
-        t = gl.zeros([BM, BN], gl.float32, MMA)
-        for j in gl.static_range(4):
-            t = mma_v2(_act_pair(a0, j, INT8), _code_pair(w0, j), t)
-        for j in gl.static_range(4):
-            t = mma_v2(_act_pair(a1, j, INT8), _code_pair(w1, j), t)
+        t = gl.zeros([BM, BN], gl.int32 if K8 and INT8 else gl.float32, MMA)
+        for j in gl.static_range(4 // (KW // 2)):
+            A, B = _operands(a0, w0, j, K8, INT8)
+            t = mma_v2(A, B, t)
+        for j in gl.static_range(4 // (KW // 2)):
+            A, B = _operands(a1, w1, j, K8, INT8)
+            t = mma_v2(A, B, t)
         s = (sz & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
-        sd = s * (sz >> 16).to(gl.float32)
-        contrib = t * s[None, :] - rs[:, None] * sd[None, :]
+        sd = s * ((sz >> 16) + ZO).to(gl.float32)
+        contrib = t.to(gl.float32) * s[None, :] - rs[:, None] * sd[None, :]
         if GROUP_AS:
             acc += ag[:, None] * contrib
         else:

@@ -422,7 +422,7 @@ def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
     return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
-                gemv=False, mma2=False, pf=0, v16=False, rw=4) | knobs
+                gemv=False, mma2=False, pf=0, k8=False, rw=4) | knobs
 
 
 DECODE = {
@@ -449,9 +449,10 @@ DECODE = {
     "mma2p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1),
     "mma2n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1),
     "mma2p2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2),
-    "mma2pv": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, v16=True),
-    "mma2n64pv": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, v16=True),
-    "mma2p2v": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2, v16=True),
+    "mma8": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, k8=True),
+    "mma8p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True),
+    "mma8n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True),
+    "mma8p2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2, k8=True),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -507,7 +508,7 @@ PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), 
 #: 462; M = 8192 997-1011 / 466-483; at M = 128 it wins down and gate_up, not qkv (the tuned table says per shape).
 BLOCKWISE_DEFAULT = "blockwise"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
-         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "v16", "predeq", "blockwise"}
+         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -546,7 +547,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", rw=4, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, gemv=False, mma2=False, pf=0, v16=False, predeq=False, blockwise=False)
+                apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -566,11 +567,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
             raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
         if cfg["dot16"] or cfg["nib8"] or cfg["swap"] or cfg["apre"] or cfg["gemv"] or cfg["ablate"] != "none":
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / swap / apre / gemv / ablate")
-        if cfg["v16"] and cfg["BN"] % (32 * cfg["num_warps"]):
-            raise ValueError(f"w4a8_gemm config: v16 (16-byte weight runs) needs BN a multiple of 32 x num_warps, got "
-                             f"BN={cfg['BN']}, num_warps={cfg['num_warps']}")
-    elif cfg["v16"]:
-        raise ValueError("w4a8_gemm config: v16 (16-byte weight runs) is a knob of the mma2 kernel")
+    elif cfg["k8"]:
+        raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) is a knob of the mma2 kernel")
     if cfg["ablate"] not in ABLATIONS:
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
     if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
@@ -667,7 +665,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
     if cfg["mma2"]:
-        constexprs.update(PF=cfg["pf"], V16=cfg["v16"])
+        constexprs.update(PF=cfg["pf"], K8=cfg["k8"])
     if cfg["gemv"]:
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
     elif not cfg["mma2"]:
