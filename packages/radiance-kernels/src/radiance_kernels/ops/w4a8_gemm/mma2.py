@@ -13,8 +13,9 @@ Two operand kinds (``K8``):
 
 - fp16 (m16n8k16, 8 MMAs per group): ``c = q - 8``, the activations converted to fp16 (exact). Step (half ``h``,
   nibble ``j``), slot ``s``: word row ``8h + s // 2`` of ``wq``, nibble ``j`` (even ``s``) or ``j + 4`` (odd ``s``), so
-  a thread's fragment pair is one word: ``(w >> 4j) & 0x000F000F | 0x64006400`` is the pair ``1024 + q`` (one shift,
-  one ``lop3``), minus ``1032`` (one ``sub.f16x2``). Its activation pair is bytes ``j``, ``j + 4`` of one 8-byte word
+  a thread's fragment pair is one word: ``(w >> 8 (j // 2)) & 0x000F000F | 0x64006400`` is the pair ``1024 + q`` for
+  even ``j`` (minus ``1032``: one ``sub.f16x2``), with mask ``0x00F000F0`` the pair ``1024 + 16 q`` for odd ``j`` (times
+  1/16 minus 72: one ``fma.rn.f16x2``), all exact. Its activation pair is bytes ``j``, ``j + 4`` of one 8-byte word
   (``prmt``, then ``cvt.rn.f16x2.e4m3x2``; int8 by the same ``1024 +`` trick).
 - 8-bit (m16n8k32, 4 MMAs per group, sm_89+ e4m3 x e4m3 or s8 x s8): ``c = q`` (``o = 0``), the activation bytes used
   as stored. Step (half ``h``, ``j``), slot ``s``: word row ``8h + (s % 16) // 4 + 4 (s // 16)`` (a thread's two
@@ -46,9 +47,12 @@ _E4M3_TABLES = "mov.b32 t0, 0x44403800; mov.b32 t1, 0x4E4C4A48; mov.b32 t2, 0x53
 @gluon.constexpr_function
 def _code_asm(K8, INT8, j):
     """PTX: MMA B elements from int32 ``wq`` words ($1; the pack's other inputs repeat it), step ``j``."""
-    if not K8:
-        return (f"{{ .reg .b32 t, c; shr.b32 t, $1, {4 * j}; lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA;"
-                " mov.b32 c, 0x64086408; sub.rn.f16x2 $0, t, c; }")
+    if not K8:  # nibbles (j, j + 4): even j as 1024 + q, odd j as 1024 + 16 q (no shift), then exactly to q - 8
+        shift = f"shr.b32 w, $1, {8 * (j // 2)};" if j >= 2 else "mov.b32 w, $1;"
+        fix = ("mov.b32 m, 0x2C002C00; mov.b32 c, 0xD480D480; fma.rn.f16x2 $0, t, m, c;" if j % 2 else
+               "mov.b32 c, 0x64086408; sub.rn.f16x2 $0, t, c;")  # (1024 + 16 q) / 16 - 72, or 1024 + q - 1032
+        return (f"{{ .reg .b32 w, t, m, c; {shift} lop3.b32 t, w, {0x00F000F0 if j % 2 else 0x000F000F:#010x},"
+                f" 0x64006400, 0xEA; {fix} }}")
     if INT8:
         return f"{{ .reg .b32 x; shr.b32 x, $1, {4 * j}; and.b32 $0, x, 0x0F0F0F0F; }}"
     return (f"{{ .reg .b32 x, y, t0, t1, t2, t3, r; shr.b32 x, $1, {16 * j}; {_E4M3_TABLES}"

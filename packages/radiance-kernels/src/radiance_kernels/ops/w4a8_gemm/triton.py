@@ -449,6 +449,8 @@ DECODE = {
     "mma2p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1),
     "mma2n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1),
     "mma2p2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2),
+    "mma2w": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1),
+    "mma8w": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True),
     "mma8": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, k8=True),
     "mma8p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True),
     "mma8n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True),
