@@ -163,7 +163,9 @@ def test_gemv_configs(name, bits, grouped, M, N, elem, device):
     w = prepare_codes(*weights(K, N, bits, device=device), bits)
     ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
     out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device=device)
-    impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[name], "splits": 3})
+    name, _, pf = name.partition(":pf")  # the kept configs, and mma8p's prefetch depths 0 and 2
+    impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out,
+              cfg={**impl.DECODE[name], "splits": 3, **({"pf": int(pf)} if pf else {})})
     r, mx = gemm_error(out[:M], ref)  # 3 splits: one partial-sum step at rw >= 4, a masked tail at rw = 2
     assert r <= REL and mx <= 4 * REL, (r, mx)
     assert torch.all(out[M:] == 5.0)
@@ -172,7 +174,8 @@ def test_gemv_configs(name, bits, grouped, M, N, elem, device):
 @pytest.mark.parametrize("name", ["gemv", "nib8p"])
 def test_split_reduction_width_is_bit_exact(name, device):
     """The kernel-side split reduction adds the partials in split order whatever its width (partials per step):
-    rw = 1, 2, 4, 16 over 5 splits give identical bits (steps with masked tails included); a bad width raises."""
+    rw = 1, 2, 4, 16 over 5 splits give identical bits (steps with masked tails included); a bad width raises.
+    The four launches share one arrival-counter buffer, which each leaves zeroed (no per-launch memset)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     A, AS, RS, _ = acts(1, 2, 640, "e4m3", True, seed=4, device=device)
@@ -181,12 +184,13 @@ def test_split_reduction_width_is_bit_exact(name, device):
             for rw in (1, 2, 4, 16)]
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
     assert gemm_error(outs[0], call(A, AS, RS, w, [0, 256], False, "decode", "reference"))[0] <= REL
+    assert not impl.counters(device, 1).any()
     with pytest.raises(ValueError, match="rw"):
         impl.config(2, 256, 640, "decode", True, {"rw": 3})
 
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
-@pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8", "mma8p", "mma8n64p", "mma8p2"])
+@pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8p", "mma8n64p", "mma8p:pf0", "mma8p:pf2"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5)])
 def test_mma2_configs(name, elem, grouped, M):
@@ -199,7 +203,9 @@ def test_mma2_configs(name, elem, grouped, M):
     w = prepare_codes(*weights(K, N, 4, device="cuda"), 4)
     ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
     out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device="cuda")
-    impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[name], "splits": 3})
+    name, _, pf = name.partition(":pf")  # the kept configs, and mma8p's prefetch depths 0 and 2
+    impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out,
+              cfg={**impl.DECODE[name], "splits": 3, **({"pf": int(pf)} if pf else {})})
     r, mx = gemm_error(out[:M], ref)
     assert r <= REL and mx <= 4 * REL, (r, mx)
     assert torch.all(out[M:] == 5.0)
@@ -553,7 +559,7 @@ def test_mma2_full_shapes(proj):
     w = prepare_codes(*weights(proj.K, proj.N, 4, seed=proj.K, device="cuda"), 4)
     for M, elem, grouped, name in ((8, "e4m3", True, "mma2n64p"), (16, "int8", False, "mma2p"),
                                    (3, "e4m3", False, "mma2"), (8, "int8", True, "mma8p"),
-                                   (16, "int8", False, "mma8n64p"), (4, "e4m3", True, "mma8p2")):
+                                   (16, "int8", False, "mma8n64p"), (4, "e4m3", True, "mma8p")):
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
         out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")

@@ -232,7 +232,7 @@ def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M,
                SPLIT: tl.constexpr, SOFT: tl.constexpr, RW: tl.constexpr = 4):
     """Epilogue. SPLIT 0: bf16 ``out``. 1: fp32 partial ``ws[s]`` (summed by the host). 2: partial, then the
     tile's arrival counter ``cnt[pid]``; the last program of the tile sums ``ws[0..S-1]`` in split order
-    (deterministic) and stores bf16, loading RW partials per step: its sum is a chain of L2 round trips, one per
+    (deterministic), stores bf16 and resets the counter to 0 (:func:`counters`), loading RW partials per step: its sum is a chain of L2 round trips, one per
     step (4 is what the compiler's unroll of a plain loop gave; the "r" gemv configs of :data:`DECODE` take more)."""
     mask = mask_m[:, None] & mask_n[None, :]
     out = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
@@ -252,6 +252,7 @@ def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M,
                         p = tl.load(part + (i0 + r) * M * N, mask=mask & live, other=0.0, cache_modifier=".cg")
                         total = tl.where(live, total + p, total)
                 tl.store(out, to_bf16(total, SOFT), mask=mask)
+                tl.store(cnt_ptr + tl.program_id(0), 0)  # every arrival is in: the counter is free for the next launch
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
@@ -413,7 +414,14 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: layouts; "p" / "p2" load the fragments one / two groups ahead, "n64" is 64 columns on 2 warps at 8 programs per SM.
 #: H200 calls 32-35 (M = 8 e4m3, us, vs nib8xpr): mma2p2 gate_up 52.9 vs 66.2, qkv 25.2 vs 28.3; mma2n64p o_proj 15.1
 #: vs 19.0. Measured and removed (slower everywhere): 4 programs per SM, 256 columns, n64 without prefetch, n64 at 4
-#: programs per SM, n64 two groups ahead.
+#: programs per SM, n64 two groups ahead; (session 6) 16-byte weight runs regrouped in registers (calls 36, 38), a
+#: 128-register cap at 4 programs per SM (call 37). Since call 38 the group's scales and sums are prefetched with its
+#: fragments (one group ahead: qkv M = 4 e4m3 27.9 -> 24.4 us; two ahead now costs residency, 212 registers).
+#: "mma8*" (``k8``): the same kernel on 8-bit MMA operands (m16n8k32: s8 x s8 for int8 activations, 313 instead of
+#: 590 loop instructions per group; e4m3 x e4m3 has no native mma.sync on sm_90 — ptxas splits it into fp16 MMAs, so
+#: e4m3 stays on "mma2*"). H200 call 40 (int8 group, us, mma8n64p vs the best fp16-operand config): qkv M = 8 19.5 vs
+#: 27.1, gate_up 44.3 vs 58.3, down 23.5 vs 35.9, o_proj 13.1 vs 16.2; at M = 1-2 it also beats the gemv configs on all
+#: but gate_up (M = 2 qkv 18.4 vs 22.8).
 #: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight
 #: loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
@@ -449,12 +457,11 @@ DECODE = {
     "mma2p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1),
     "mma2n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1),
     "mma2p2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2),
-    "mma2w": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1),
-    "mma8w": _loop(BN=256, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True),
-    "mma8": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, k8=True),
     "mma8p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True),
     "mma8n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True),
-    "mma8p2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2, k8=True),
+    "mma2n64pr": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, rw=16),
+    "mma8n64pr": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True,
+                       rw=16),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -602,6 +609,22 @@ def resolve_band(band: str, M: int, op: str) -> str:
     return band
 
 
+_COUNTERS: dict[tuple, torch.Tensor] = {}
+
+
+def counters(device, tiles: int) -> torch.Tensor:
+    """Split-K arrival counters for ``tiles`` tiles: zero between launches (each tile's last program resets its
+    own), so one buffer per (device, stream) serves every launch with no memset node per GEMM in a CUDA graph;
+    replaced by a larger zeroed one when a grid needs more. Per stream: launches on one stream never overlap, those
+    of two streams may."""
+    device = torch.device(device)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    buf = _COUNTERS.get((device, stream))
+    if buf is None or buf.numel() < tiles:
+        buf = _COUNTERS[device, stream] = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
+    return buf
+
+
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
            tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, prefill: str = PREFILL_DEFAULT,
            gemv=None, mma2=None, unpacked=None, blockwise=None,
@@ -656,7 +679,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     tiles = triton.cdiv(M, cfg["BM"]) * triton.cdiv(N, bn)
     split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
     ws = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=device) if split else out
-    cnt = torch.zeros(tiles, dtype=torch.int32, device=device) if split == 2 else out
+    cnt = counters(device, tiles) if split == 2 else out
     if cfg["maxnreg"]:  # ptxas register cap (more resident programs per SM)
         constexprs.update(maxnreg=cfg["maxnreg"])
     if has_dot16:
