@@ -415,8 +415,9 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: H200 calls 32-35 (M = 8 e4m3, us, vs nib8xpr): mma2p2 gate_up 52.9 vs 66.2, qkv 25.2 vs 28.3; mma2n64p o_proj 15.1
 #: vs 19.0. Measured and removed (slower everywhere): 4 programs per SM, 256 columns, n64 without prefetch, n64 at 4
 #: programs per SM, n64 two groups ahead; (session 6) 16-byte weight runs regrouped in registers (calls 36, 38), a
-#: 128-register cap at 4 programs per SM (call 37). Since call 38 the group's scales and sums are prefetched with its
-#: fragments (one group ahead: qkv M = 4 e4m3 27.9 -> 24.4 us; two ahead now costs residency, 212 registers).
+#: 128-register cap at 4 programs per SM (call 37), 256 columns again (call 40), 16 partials per reduction step on n64
+#: (call 41). Since call 38 the group's scales and sums are prefetched with its fragments (one group ahead: qkv M = 4
+#: e4m3 27.9 -> 24.4 us; two ahead now costs residency, 212 registers).
 #: "mma8*" (``k8``): the same kernel on 8-bit MMA operands (m16n8k32: s8 x s8 for int8 activations, 313 instead of
 #: 590 loop instructions per group; e4m3 x e4m3 has no native mma.sync on sm_90 — ptxas splits it into fp16 MMAs, so
 #: e4m3 stays on "mma2*"). H200 call 40 (int8 group, us, mma8n64p vs the best fp16-operand config): qkv M = 8 19.5 vs
@@ -459,9 +460,6 @@ DECODE = {
     "mma2p2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2),
     "mma8p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True),
     "mma8n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True),
-    "mma2n64pr": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, rw=16),
-    "mma8n64pr": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True,
-                       rw=16),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
