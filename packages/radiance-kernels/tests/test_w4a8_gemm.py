@@ -218,18 +218,16 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel as kernel
 out = []
-for int8, pf, k8, pdl in ((False, 2, False, False), (True, 0, False, False), (False, 1, True, False),
-                          (True, 2, True, True)):
-    ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=16, BN=64, BK=128, PF=pf, K8=k8, PDL=pdl)
+for int8, pf, k8 in ((False, 2, False), (True, 0, False), (False, 1, True), (True, 2, True)):
+    ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=16, BN=64, BK=128, PF=pf, K8=k8)
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     sig = {n: "constexpr" if n in ce else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 2, "launch_pdl": pdl})
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
     ptx = c.asm["ptx"]
-    pdl_ptx = "griddepcontrol.wait" in ptx and "cp.async.bulk.prefetch.L2.global" in ptx
-    out.append(dict(int8=int8, k8=k8, pdl=pdl, pdl_ptx=pdl_ptx, mma=sorted(set(re.findall(r"mma[.]sync[.]aligned[.]([.\\w]+)", ptx))),
+    out.append(dict(int8=int8, k8=k8, mma=sorted(set(re.findall(r"mma[.]sync[.]aligned[.]([.\\w]+)", ptx))),
                     n_mma=ptx.count("mma.sync.aligned"), cvt="cvt.rn.f16x2.e4m3x2" in ptx,
                     shared=c.metadata.shared, st_loop=bool(re.search(r"st[.]shared", ptx.split("atom.")[0]))))
 print(json.dumps(out))
@@ -243,8 +241,8 @@ def test_mma2_compiles_for_sm90():
     """The Gluon kernel compiles for sm_90 with this environment's Triton (no GPU needed; the H200 runs 3.6), in a
     clean process (the interpreter's patches of the language break compilation in this one): ptxas accepts its
     inline PTX, each operand kind issues its MMA (8-bit operands: k32, half as many), the fp16 kind converts e4m3
-    activations by the paired convert, nothing is stored to shared memory before the epilogue's atomic (no
-    operand staging), and the programmatic-launch prologue (prefetch, grid wait) is there exactly with PDL."""
+    activations by the paired convert, and nothing is stored to shared memory before the epilogue's atomic (no
+    operand staging)."""
     import json
     import os
     import subprocess
@@ -261,7 +259,6 @@ def test_mma2_compiles_for_sm90():
         assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
         assert r["n_mma"] >= (4 if r["k8"] else 8) and r["shared"] <= 16 and not r["st_loop"], r
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
-        assert r["pdl_ptx"] == r["pdl"], r  # PDL: L2 prefetches of the weight slice, then the grid wait
 
 
 def test_mma2_refuses_where_it_cannot_run(device):
@@ -628,46 +625,6 @@ def test_fed_by_rotate_quant(elem, granularity, zpe, device):
     exact = torch.cat([rotate(x.cpu(), pairs[p].cpu(), theta[p].cpu(), cs[p].cpu(), torch.float64)
                        @ W[:, bounds[p]:bounds[p + 1]] for p in range(P)], dim=1)
     assert gemm_error(ref.cpu(), exact)[0] < 0.05
-
-
-@pytest.mark.skipif(not GPU_CUDA or not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
-                    reason="programmatic dependent launch: NVIDIA sm_90+")
-@pytest.mark.parametrize("name,elem,M", [("mma8n64p", "int8", 8), ("mma2p", "e4m3", 8), ("gemv_o8", "e4m3", 1),
-                                          ("gemv_o8r", "int8", 2)])
-def test_programmatic_launch_waits_for_its_producer(name, elem, M):
-    """Decode GEMMs launched as programmatic dependents of rotate_quant, captured in a CUDA graph and replayed on
-    new inputs: bit-identical to plain launches (the wait orders the activations' reads after the producer; the
-    prefetches only warm L2)."""
-    from radiance_kernels.formats.rotation import random_rotations
-    from radiance_kernels.ops.w4a8_gemm import triton as impl
-
-    P, K, N, bounds = 2, 1024, 768, [0, 256, 768]
-    pairs, theta, cs = random_rotations(P, K, seed=5, device="cuda")
-    w = prepare_codes(*weights(K, N, 4, device="cuda"), 4)
-    x = torch.zeros(M, K, dtype=torch.bfloat16, device="cuda")
-    out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-    cfg = {**impl.DECODE[name], "splits": 3}
-
-    def layer():
-        A, AS, RS = torch.ops.radiance.rotate_quant(x, pairs, theta, cs, elem, "group", "triton")
-        impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg=cfg)
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        layer()  # compile outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        layer()
-    for seed in range(3):
-        x.copy_(torch.randn(M, K, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16))
-        graph.replay()
-        A, AS, RS = torch.ops.radiance.rotate_quant(x, pairs, theta, cs, elem, "group", "triton")
-        with impl.programmatic_launch(False):
-            plain = impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg)
-        torch.cuda.synchronize()
-        assert torch.equal(out, plain), seed
 
 
 def test_opcheck():

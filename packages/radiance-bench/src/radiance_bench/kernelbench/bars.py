@@ -47,8 +47,7 @@ def check(run: dict, source: str) -> list[dict]:
     res, ceil = run["results"], run["ceilings"]
     sec = defaultdict(list)
     for r in res:
-        if not r.get("ablation"):  # ablation rows (e.g. "no-PDL") measure a cause, not the served configuration
-            sec[r.get("section")].append(r)
+        sec[r.get("section")].append(r)
     rows = []
     dec = _by(sec["decode"], "kernel", "proj", "M")
     for (kernel, proj, M), r in sorted(dec.items(), key=lambda kv: str(kv[0])):

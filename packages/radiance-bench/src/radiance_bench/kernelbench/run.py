@@ -30,7 +30,6 @@ from radiance_bench.kernelbench.cases import (
     w4a8_linear,
 )
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
-from radiance_kernels.ops.w4a8_gemm.triton import programmatic_launch
 from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
@@ -67,20 +66,11 @@ def _linear_call(x, w, elem="e4m3", gran="group", zpe=False):
     return lambda: w4a8_linear(x, w, elem, gran, zpe)
 
 
-def _no_pdl(call):
-    """``call`` with the decode kernels launched plainly (no programmatic dependent launch): the ablation row."""
-    def run():
-        with programmatic_launch(False):
-            return call()
-    return run
-
-
 def decode(results: list, ceil: dict) -> None:
     """Decode band: the linear as rotate+quant launch + GEMM launch at M = 1..16, int4 everywhere, int5 and
     the GEMM alone at M = 8, each with e4m3 per-group activations (the tensor-core kernel) and int8 per-group
     ones (the seeds' production format; the gemv kernel or the nib8 loop per the tuned table); peers cuBLAS bf16
-    everywhere, GemLite at M = 8 on qkv / gate_up. Ablation rows ("no-PDL", int4 at M = 1 and 8): the linear with its
-    GEMM launched plainly, not as the rotate+quant launch's programmatic dependent."""
+    everywhere, GemLite at M = 8 on qkv / gate_up."""
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
             continue
@@ -91,19 +81,15 @@ def decode(results: list, ceil: dict) -> None:
             for M in DECODE_M if bits == 4 else (8,):
                 x = activations(M, proj.K, seed=M)
                 for elem, suffix in (("e4m3", ""), ("int8", " int8-group")):
-                    variants = [("w4a8 rot+gemm", "", [_linear_call(x, w, elem) for w in weights])]
+                    variants = [("w4a8 rot+gemm", [_linear_call(x, w, elem) for w in weights])]
                     if bits == 4 and M == 8:
-                        variants.append(("w4a8 gemm only", "",
-                                         [_gemm_call(w, rotate_quant(x, w, elem)) for w in weights]))
-                    if bits == 4 and M in (1, 8):
-                        variants.append(("w4a8 rot+gemm", " no-PDL", [_no_pdl(_linear_call(x, w, elem))
-                                                                      for w in weights]))
-                    for label, ablation, calls in variants:
+                        variants.append(("w4a8 gemm only", [_gemm_call(w, rotate_quant(x, w, elem)) for w in weights]))
+                    for label, calls in variants:
                         t = graph_time(calls)
                         tbps = weights[0].nbytes / (t.best_us * 1e-6) / 1e12
-                        _record(results, "decode", f"{label} int{bits}{suffix}{ablation}", t, M=M, **meta0, act=elem,
+                        _record(results, "decode", f"{label} int{bits}{suffix}", t, M=M, **meta0, act=elem,
                                 weight_TBps=tbps, frac_copy=tbps / ceil["copy_TBps"],
-                                frac_read=tbps / ceil["read_TBps"], ablation=bool(ablation))
+                                frac_read=tbps / ceil["read_TBps"])
             del weights
         for M in DECODE_M:
             meta, fl = {**meta0, "M": M}, 2 * M * proj.N * proj.K
@@ -193,8 +179,7 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
     in_proj_ba by the skinny GEMM) with e4m3 per-group activations, "served ... int8-group" the same with int8
     per-group activations, "rot+gemm" a standalone rotate+quant launch instead of
     the producer (session 1's row), "gemm only" the GEMMs on pre-quantised activations (ablation: the
-    producers' share), and the peer "cuBLAS bf16" the unrotated bf16 layer (plain producers + cuBLAS); "no-PDL"
-    (ablation): the served stacks with the GEMMs launched plainly, not as their producers' programmatic dependents."""
+    producers' share), and the peer "cuBLAS bf16" the unrotated bf16 layer (plain producers + cuBLAS)."""
     served, served8, rot_gemm, gemm_only, bf16, total, total_bf16 = [], [], [], [], [], 0, 0
     for proj in projections(1):
         for layer in range(proj.count):
@@ -220,16 +205,14 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
             total += w.nbytes
             total_bf16 += wb.numel() * 2
     bw = max(ceil["copy_TBps"], ceil["read_TBps"]) * 1e12  # weights are only read
-    rows = ((f"served int{bits}", served, total), (f"served int{bits} int8-group", served8, total),
-            (f"rot+gemm int{bits}", rot_gemm, total), (f"gemm only int{bits}", gemm_only, total),
-            ("cuBLAS bf16 + plain producers", bf16, total_bf16))
-    rows += tuple((f"{name} no-PDL", [_no_pdl(c) for c in calls], nbytes) for name, calls, nbytes in rows[:2])
-    for name, calls, nbytes in rows:
+    for name, calls, nbytes in ((f"served int{bits}", served, total), (f"served int{bits} int8-group", served8, total),
+                                (f"rot+gemm int{bits}", rot_gemm, total), (f"gemm only int{bits}", gemm_only, total),
+                                ("cuBLAS bf16 + plain producers", bf16, total_bf16)):
         t = graph_time([lambda calls=calls: [c() for c in calls]], reps=5, min_calls=1)
         limit_us = nbytes / bw * 1e6  # this row's own weight-stream limit
         _record(results, "stack", f"64-layer {name}", t, M=M,
                 weight_bytes=nbytes, limit_us=limit_us, vs_limit=t.best_us / limit_us,
-                weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12, ablation=name.endswith("no-PDL"))
+                weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12)
 
 
 def decode_variants(results: list, ceil: dict, ms=DECODE_M, names=None, bits=(4,)) -> None:

@@ -35,7 +35,6 @@ import triton.language as tl
 
 from radiance_kernels.ops.w4a8_gemm.triton import (
     NO_SPECIALIZE,
-    prefetch_then_wait,
     scale_rows,
     spread_even,
     store_tile,
@@ -134,7 +133,7 @@ def _w4a8_gemv_kernel(
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, SPLIT: tl.constexpr, RW: tl.constexpr,
     HW: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PTX: tl.constexpr, PDL: tl.constexpr = False,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PTX: tl.constexpr,
 ):
     part, offs_m, offs_n, mask_m, mask_n, g_lo, g_hi = tile_setup(M, N, K, b1, b2, groups_per_split, BM, BN, BK, 1)
     G = K // BK
@@ -147,9 +146,6 @@ def _w4a8_gemv_kernel(
     OFF: tl.constexpr = 1 << (BITS - 1)
     TS: tl.constexpr = 1.0 if INT8 else 16.0  # e4m3: t = sum a (8 + q/16) = 8 RS + (sum a q) / 16
     ZB: tl.constexpr = OFF if INT8 else OFF + 128  # z = d + OFF, and e4m3's 16 * 8 RS
-    if PDL:  # launched as the previous kernel's dependent: weights and scales to L2 while it finishes
-        n0 = tl.program_id(0) * BN  # the tile's first column: one token tile (BM >= M), so pid = pid_n
-        prefetch_then_wait(sz_ptr, wq_ptr, N, n0, g_lo, g_hi, BN, BK // 8, 128)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for g in range(g_lo, g_hi):
         if INT8:

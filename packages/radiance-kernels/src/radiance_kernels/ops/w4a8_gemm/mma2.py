@@ -24,8 +24,7 @@ Two operand kinds (``K8``):
   8-15: a selector nibble with its top bit set gives 0, the top bit of each table's entries being 0) and an ``or``;
   int8: nibbles ``j, j + 2, j + 4, j + 6`` (``(w >> 4j) & 0x0F0F0F0F``), the activation bytes by one ``prmt``.
 
-``PDL`` (launched as a programmatic dependent): the program first prefetches its weight and scale slices into L2,
-then waits for the previous grid (:func:`.triton.prefetch_then_wait`). Loads: ``wq`` words by the B fragment, activation words by the A fragment (L1-resident; the slots of one word name it
+Loads: ``wq`` words by the B fragment, activation words by the A fragment (L1-resident; the slots of one word name it
 once), the group's scale / zero words and the activations' group sums and scales with them; ``PF`` (0-2): how many
 groups ahead all of these are loaded.
 
@@ -39,8 +38,6 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
-
-from radiance_kernels.ops.w4a8_gemm.triton import GRID_WAIT, PREFETCH_L2
 
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
 #: e4m3 of the codes 0..7 and 8..15, bytes little-endian: prmt's tables (two registers each)
@@ -94,18 +91,6 @@ def _operands(a, w, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr):
 
 
 @gluon.jit
-def _prefetch_rows(ptr, N, n0, r_lo, r_hi, BN: gl.constexpr):
-    """Gluon twin of :func:`.triton.prefetch_rows` (one row per thread per step)."""
-    NW: gl.constexpr = gl.num_warps()
-    nbytes = (gl.minimum(N - n0, BN) * 4) & ~15
-    for i in gl.static_range(4):
-        r = r_lo + i * 32 * NW + gl.arange(0, 32 * NW, layout=gl.BlockedLayout([1], [32], [NW], [0]))
-        live = ((r < r_hi) & (N % 4 == 0)).to(gl.int32)
-        gl.inline_asm_elementwise(PREFETCH_L2, "=r,l,r,r", [ptr + r.to(gl.int64) * N + n0, live, nbytes + 0 * r],
-                                  dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
 def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, GROUP_AS: gl.constexpr):
     """Everything group g's step reads, zeros if not valid: weight words (halves 0 / 1, B fragments), activation
     words (A fragments), the weights' scale / zero words, the activations' row sums and (GROUP_AS) scales."""
@@ -128,7 +113,7 @@ def _w4a8_mma2_kernel(
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
-    K8: gl.constexpr = False, PDL: gl.constexpr = False,
+    K8: gl.constexpr = False,
 ):
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
@@ -164,10 +149,6 @@ def _w4a8_mma2_kernel(
         as_rows = as_ptr + part * M + rows
     rs_rows = rs_ptr + part * M * G + rows * G
     ZO: gl.constexpr = 8 if K8 else 0  # z - o = d + ZO (sz's high half is d = z - 8)
-    if PDL:  # launched as the previous kernel's dependent: weights and scales to L2 while it finishes, then wait
-        _prefetch_rows(sz_ptr, N, n0, g_lo, g_hi, BN)
-        _prefetch_rows(wq_ptr, N, n0, g_lo * 16, g_hi * 16, BN)
-        gl.inline_asm_elementwise(GRID_WAIT, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
     acc = gl.zeros([BM, BN], gl.float32, MMA)
     sz_ptrs = sz_ptr + no
     if PF >= 1:  # group g + PF's loads are issued before group g's MMAs

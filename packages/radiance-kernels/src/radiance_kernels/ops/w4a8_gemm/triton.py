@@ -34,9 +34,6 @@ Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90,
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import torch
 import triton
 import triton.language as tl
@@ -79,36 +76,6 @@ def tile_setup(M, N, K, b1, b2, groups_per_split, BM: tl.constexpr, BN: tl.const
     g_lo = tl.program_id(1) * groups_per_split
     g_hi = tl.minimum(g_lo + groups_per_split, K // BK)
     return part, offs_m, offs_n, offs_m < M, offs_n < N, g_lo, g_hi
-
-
-#: PTX of one L2 prefetch of ``$3`` bytes at ``$1`` where ``$2`` (sm_90+; a hint: it reads nothing into registers)
-PREFETCH_L2 = tl.constexpr("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3;"
-                            " mov.b32 $0, 0; }")
-#: PTX of the wait for the previous grid (its completion and its memory), a no-op unless launched as its dependent
-GRID_WAIT = tl.constexpr("griddepcontrol.wait; mov.b32 $0, 0;")
-
-
-@triton.jit
-def prefetch_rows(ptr, N, n0, r_lo, r_hi, BN: tl.constexpr, RB: tl.constexpr):
-    """L2 prefetches of rows ``[r_lo, r_hi)`` (at most the first ``4 RB``: a hint), columns ``[n0, n0 + BN)`` of a
-    ``[rows, N]`` int32 matrix: one bulk prefetch per row, ``RB`` rows per unrolled step (a runtime loop here
-    costs the gemv kernel 16 registers, ptxas sm_90)."""
-    nbytes = (tl.minimum(N - n0, BN) * 4) & ~15  # bulk sizes are 16-byte multiples (a hint: a short tail is fine)
-    for i in tl.static_range(4):
-        r = r_lo + i * RB + tl.arange(0, RB)
-        live = ((r < r_hi) & (N % 4 == 0)).to(tl.int32)  # rows 16-byte aligned
-        tl.inline_asm_elementwise(PREFETCH_L2, "=r,l,r,r", [ptr + r.to(tl.int64) * N + n0, live, nbytes],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def prefetch_then_wait(sz_ptr, wq_ptr, N, n0, g_lo, g_hi, BN: tl.constexpr, WR: tl.constexpr, RB: tl.constexpr):
-    """Programmatic-dependent-launch prologue of a decode program: its groups' scale / zero words (``sz [G, N]``)
-    and weight words (``wq``, ``WR`` rows per group) of columns ``[n0, n0 + BN)`` to L2, then the wait for the
-    previous grid. Before the wait a dependent may read only what no earlier kernel writes and write nothing."""
-    prefetch_rows(sz_ptr, N, n0, g_lo, g_hi, BN, RB)
-    prefetch_rows(wq_ptr, N, n0, g_lo * WR, g_hi * WR, BN, RB)
-    tl.inline_asm_elementwise(GRID_WAIT, "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -641,20 +608,6 @@ def resolve_band(band: str, M: int, op: str) -> str:
 
 
 _COUNTERS: dict[tuple, torch.Tensor] = {}
-_PDL = contextvars.ContextVar("radiance_programmatic_launch", default=True)
-
-
-@contextlib.contextmanager
-def programmatic_launch(on: bool):
-    """Within the block, decode launches do (``True``, the default) or do not use programmatic dependent launch
-    (sm_90+, CUDA): the gemv and mma2 kernels then start while the previous kernel runs, prefetch their weight
-    and scale slices into L2 and wait for it (``griddepcontrol.wait``) before reading activations or writing
-    anything (:func:`prefetch_then_wait`). For A/B benches."""
-    token = _PDL.set(on)
-    try:
-        yield
-    finally:
-        _PDL.reset(token)
 
 
 def counters(device, tiles: int) -> torch.Tensor:
@@ -734,10 +687,6 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         tensors = (*tensors[:3], unpacked(), *tensors[4:])
     if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
-    pdl = (_PDL.get() and (cfg["gemv"] or cfg["mma2"]) and not interp and torch.device(device).type == "cuda"
-           and torch.version.cuda is not None and torch.cuda.get_device_capability(device) >= (9, 0))
-    if cfg["gemv"] or cfg["mma2"]:
-        constexprs.update(PDL=pdl, launch_pdl=pdl)
     if cfg["mma2"]:
         constexprs.update(PF=cfg["pf"], K8=cfg["k8"])
     if cfg["gemv"]:
