@@ -5,7 +5,8 @@ spill bytes, stack, shared memory, and the SASS of the group loop (the longest l
 iteration and warp-instructions per weight — with 4 schedulers per SM issuing one each per cycle, the
 issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``; the MMA kind in the PTX (wgmma with the A
 operand from registers or shared memory, mma.sync) and whether cp.async / TMA loads appear.
-``[band[:name[,name...]]]`` limits the configs; decode also lists the ablation rows (``name:ablate``),
+``[band[:name[,name...]]]`` limits the configs; decode also lists the ablation rows (``name:ablate``), the gemv and
+mma2 configs their own kernels (:func:`gemv_variants`, :func:`mma2_variants`),
 prefill with a ``predeq`` or ``blockwise`` config also the per-call unpack kernel (:func:`w4.unpack_w8`; no loop: its
 figures are the whole program, one [128, UNPACK_BN] tile).
 Figures depend on the Triton version (the GPU image runs 3.6: put a Triton 3.6 first on PYTHONPATH to
@@ -25,10 +26,12 @@ from collections import Counter
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
 
 from radiance_kernels.ops.mxfp4_gemm.triton import _mxfp4_kernel
 from radiance_kernels.ops.w4a8_gemm import triton as w4
 from radiance_kernels.ops.w4a8_gemm.gemv import _w4a8_gemv_kernel
+from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel
 from radiance_kernels.ops.w4a8_gemm.reference import GROUP
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -50,7 +53,8 @@ def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8
     # the launch's specialisation: 16-byte aligned pointers, ints divisible by 16 (the report's N, K, strides)
     div16 = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kernel.arg_names)
              if sig[n] != "constexpr" and n not in kernel.do_not_specialize}
-    return triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs, attrs=div16),
+    source = GluonASTSource if kernel is _w4a8_mma2_kernel else ASTSource  # the Gluon kernel: its own front end
+    return triton.compile(source(fn=kernel, signature=sig, constexprs=constexprs, attrs=div16),
                           target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": num_stages,
                                                                       "maxnreg": maxnreg})
 
@@ -87,13 +91,14 @@ def loop_sass(cubin: bytes) -> tuple[int, Counter]:
 
 
 def mma_kind(ptx: str) -> str:
-    """wgmma (A from registers ``rA`` or shared ``sA``, shape), mma.sync, and the async copies used."""
+    """wgmma (A from registers ``rA`` or shared ``sA``, shape), mma.sync (shape, A element), and the async copies
+    used."""
     kinds = []
     wgmma = r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)[^\n]*?\{[^}]*\},\s*(\{|%rd)"  # acc, then A
     for m in sorted(set(re.findall(wgmma, ptx))):
         kinds.append(f"wgmma.{m[0]}{'.rA' if m[1] == '{' else '.sA'}")
-    if "mma.sync" in ptx:
-        kinds.append("mma.sync")
+    for shape, el in sorted(set(re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)\.row\.col\.(?:satfinite\.)?\w+\.(\w+)\.", ptx))):
+        kinds.append(f"mma.sync.{shape}.{el}")
     kinds += [name for name, pat in (("cp.async", "cp.async.ca" if "cp.async.ca" in ptx else "cp.async.cg"),
                                      ("tma", "cp.async.bulk.tensor")) if pat in ptx]
     return ",".join(kinds) or "no-mma"
@@ -110,6 +115,9 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
             continue
         if names[name].get("gemv"):
             out += gemv_variants(name, names[name])
+            continue
+        if names[name].get("mma2"):
+            out += mma2_variants(name, names[name])
             continue
         cfg = w4.config(16 if band == "decode" else 2048, 14336, 5120, band, False, names[name])
         split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
@@ -148,6 +156,20 @@ def gemv_variants(name: str, knobs: dict) -> list:
         opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], maxnreg=None, int8=int8)
         out.append((f"w4a8 decode {name} M={M} int{bits} {'int8' if int8 else 'e4m3'} group", _w4a8_gemv_kernel, ce,
                     opts, cfg["BN"] * GROUP))
+    return out
+
+
+def mma2_variants(name: str, knobs: dict) -> list:
+    """The register-fed mma.sync decode kernel (:mod:`w4a8_gemm.mma2`, Gluon), int4 at M = 16, both activation
+    elements per-group."""
+    cfg = w4.config(16, 14336, 5120, "decode", False, knobs)
+    out = []
+    for int8 in (False, True):
+        ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=16, BN=cfg["BN"], BK=GROUP,
+                  PF=cfg["pf"], K8=cfg["k8"])
+        opts = dict(num_warps=cfg["num_warps"], num_stages=1, maxnreg=cfg["maxnreg"], int8=int8)
+        out.append((f"w4a8 decode {name} int4 {'int8' if int8 else 'e4m3'} group", _w4a8_mma2_kernel, ce, opts,
+                    cfg["BN"] * GROUP))
     return out
 
 
