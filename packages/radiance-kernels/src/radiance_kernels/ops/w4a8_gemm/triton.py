@@ -421,8 +421,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: "mma8*" (``k8``): the same kernel on 8-bit MMA operands (m16n8k32: s8 x s8 for int8 activations, 313 instead of
 #: 590 loop instructions per group; e4m3 x e4m3 has no native mma.sync on sm_90 — ptxas splits it into fp16 MMAs, so
 #: e4m3 stays on "mma2*"). H200 call 40 (int8 group, us, mma8n64p vs the best fp16-operand config): qkv M = 8 19.5 vs
-#: 27.1, gate_up 44.3 vs 58.3, down 23.5 vs 35.9, o_proj 13.1 vs 16.2; at M = 1-2 it also beats the gemv configs on all
-#: but gate_up (M = 2 qkv 18.4 vs 22.8).
+#: 27.1, gate_up 44.3 vs 58.3, down 23.5 vs 35.9, o_proj 13.1 vs 16.2; at M = 2 it also beats the gemv configs on all
+#: but gate_up (qkv 18.4 vs 22.8), at M = 1 on down and in_proj.
 #: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight
 #: loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
