@@ -105,23 +105,18 @@ def e4m3x4(word, PTX: tl.constexpr):
     return r
 
 
+@triton.constexpr_function
+def _biased_code_asm(B):
+    """PTX: byte ``B`` of $1 as byte 2 of ``0x41000000`` (the other output bytes from the constant)."""
+    return f"prmt.b32 $0, 0x41000000, $1, {0x3400 + 0x100 * B:#x};"
+
+
 @triton.jit
 def biased_code(x, B: tl.constexpr, PTX: tl.constexpr):
     """Byte B of ``x`` (a code ``q < 32``) → the fp32 ``8 + q/16``, exactly: the code as mantissa bits 16..20 under
     the exponent of 8 (``0x41000000``), one ``prmt`` on NVIDIA."""
     if PTX:
-        if B == 0:
-            r = tl.inline_asm_elementwise("prmt.b32 $0, 0x41000000, $1, 0x3400;", "=r,r", [x], dtype=tl.int32,
-                                          is_pure=True, pack=1)
-        elif B == 1:
-            r = tl.inline_asm_elementwise("prmt.b32 $0, 0x41000000, $1, 0x3500;", "=r,r", [x], dtype=tl.int32,
-                                          is_pure=True, pack=1)
-        elif B == 2:
-            r = tl.inline_asm_elementwise("prmt.b32 $0, 0x41000000, $1, 0x3600;", "=r,r", [x], dtype=tl.int32,
-                                          is_pure=True, pack=1)
-        else:
-            r = tl.inline_asm_elementwise("prmt.b32 $0, 0x41000000, $1, 0x3700;", "=r,r", [x], dtype=tl.int32,
-                                          is_pure=True, pack=1)
+        r = tl.inline_asm_elementwise(_biased_code_asm(B), "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1)
     else:
         r = (((x >> (8 * B)) & 0xFF) << 16) | 0x41000000
     return r.to(tl.float32, bitcast=True)
