@@ -261,6 +261,19 @@ def test_mma2_compiles_for_sm90():
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
 
 
+def test_mma8_e4m3_code_tables():
+    """The 8-bit e4m3 operand's code tables (two ``prmt`` sources in ``mma2``): byte q of the pair is e4m3(q) for
+    q = 0..7 and 8..15, and every entry's top bit is 0 (a selector nibble with its top bit set then yields 0)."""
+    import re
+
+    from radiance_kernels.ops.w4a8_gemm import mma2
+
+    words = [int(w, 16) for w in re.findall(r"0x[0-9A-F]{8}", mma2._E4M3_TABLES)]
+    table = torch.tensor([(w >> (8 * b)) & 0xFF for w in words for b in range(4)], dtype=torch.uint8)
+    assert torch.equal(table.view(torch.float8_e4m3fn).float(), torch.arange(16.0))
+    assert not (table & 0x80).any()
+
+
 def test_mma2_refuses_where_it_cannot_run(device):
     """Off NVIDIA (and under the interpreter) or with int5 weights the mma2 config names what it needs."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
