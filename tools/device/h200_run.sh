@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One H200 call: full-shape kernel correctness (pytest, RADIANCE_FULL_SHAPES=1) + the kernel benches.
+# One H200 call: full-shape kernel correctness (pytest, RADIANCE_FULL_SHAPES=1) + the kernel benches + the bar rows
+# of what it measured ($OUT/bars.json).
 # Runs from source on the bare GPU image (torch + Triton, no vLLM, no network). Test tools and GemLite
 # travel in the git-ignored .whl/ folder, made here with tools/device/fetch_wheels.sh.
 #   usage (GPU machine, repo root): OUT=dir [PYTEST_K=expr] [SECTIONS="decode ..."] [BENCH_ARGS="--decode-m 8 --configs a b"] bash tools/device/h200_run.sh [pytest|bench|all]
@@ -28,5 +29,7 @@ if [[ $what == bench || $what == all ]]; then
     timeout "${SECTION_BUDGET:-120}" python3 -m radiance_bench.kernelbench.run --out "$OUT" \
       --sections "$section" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench.log" | grep -v '^{' | tail -60
   done
+  # issue 6's bar rows from whatever this run measured (decode, prefill*, producer_variants, stack, skinny)
+  python3 -m radiance_bench.kernelbench.bars "$OUT/bars.json" "$OUT"/kb-*.json 2>&1 | tail -8
 fi
 exit $rc
