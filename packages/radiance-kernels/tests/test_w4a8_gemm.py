@@ -261,6 +261,17 @@ def test_mma2_compiles_for_sm90():
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
 
 
+def test_split_counters_are_one_buffer_per_device_and_stream(device):
+    """One zeroed counter buffer serves every launch of a (device, stream); a grid that needs more gets a larger
+    zeroed one, which then serves the smaller grids too."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    small = impl.counters(device, 8)
+    assert impl.counters(device, 8) is small and small.dtype == torch.int32 and not small.any()
+    big = impl.counters(device, small.numel() + 1)
+    assert big.numel() > small.numel() and not big.any() and impl.counters(device, 8) is big
+
+
 def test_mma8_e4m3_code_tables():
     """The 8-bit e4m3 operand's code tables (two ``prmt`` sources in ``mma2``): byte q of the pair is e4m3(q) for
     q = 0..7 and 8..15, and every entry's top bit is 0 (a selector nibble with its top bit set then yields 0)."""
