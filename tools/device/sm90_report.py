@@ -97,7 +97,8 @@ def mma_kind(ptx: str) -> str:
     wgmma = r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)[^\n]*?\{[^}]*\},\s*(\{|%rd)"  # acc, then A
     for m in sorted(set(re.findall(wgmma, ptx))):
         kinds.append(f"wgmma.{m[0]}{'.rA' if m[1] == '{' else '.sA'}")
-    for shape, el in sorted(set(re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)\.row\.col\.(?:satfinite\.)?\w+\.(\w+)\.", ptx))):
+    mma = r"mma\.sync\.aligned\.(m\d+n\d+k\d+)\.row\.col\.(?:satfinite\.)?\w+\.(\w+)\."  # shape, A's element
+    for shape, el in sorted(set(re.findall(mma, ptx))):
         kinds.append(f"mma.sync.{shape}.{el}")
     kinds += [name for name, pat in (("cp.async", "cp.async.ca" if "cp.async.ca" in ptx else "cp.async.cg"),
                                      ("tma", "cp.async.bulk.tensor")) if pat in ptx]

@@ -234,7 +234,8 @@ print(json.dumps(out))
 """
 #: the MMA each operand kind compiles to (8-bit operands: e4m3 x e4m3 or s8 x s8, k32; else fp16, k16)
 MMA2_KINDS = {(False, False): "m16n8k16.row.col.f32.f16.f16.f32", (True, False): "m16n8k16.row.col.f32.f16.f16.f32",
-              (False, True): "m16n8k32.row.col.f32.e4m3.e4m3.f32", (True, True): "m16n8k32.row.col.satfinite.s32.s8.s8.s32"}
+              (False, True): "m16n8k32.row.col.f32.e4m3.e4m3.f32",
+              (True, True): "m16n8k32.row.col.satfinite.s32.s8.s8.s32"}
 
 
 def test_mma2_compiles_for_sm90():

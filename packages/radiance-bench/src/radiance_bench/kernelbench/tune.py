@@ -1,14 +1,14 @@
 """``python -m radiance_bench.kernelbench.tune OUT.json kb-decode_variants.json [kb-prefill_variants.json ...]``:
 the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) from A/B bench results.
 
-For every (band, N, K, M, activation element, weight bits) measured, the config with the best time wins, each
-config timed by the *last* input file that measured it there (inputs in measurement order: a later run times the
-current kernel, so its figure replaces an earlier one of code since changed, while configs it did not time keep
-theirs; ablation and failed rows, and configs no longer defined, are skipped; the element is the first word of a row's ``act`` label, e4m3 where a
-row predates the field); each measured M of a shape serves the M above the previous measured one up to itself
-(``M_max``); larger M than any measured run the band's default. The table names the GPU and the source files;
-it is written atomically. Put it at ``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json`` to make serving
-use it.
+For every (band, N, K, M, activation element, weight bits) measured, the config with the best time wins, each config
+timed by the *last* input file that measured it there (inputs in measurement order: a later run times the current
+kernel, so its figure replaces an earlier one of code since changed, while configs it did not time keep theirs;
+ablation and failed rows, and configs no longer defined, are skipped; the element is the first word of a row's
+``act`` label, e4m3 where a row predates the field); each measured M of a shape serves the M above the previous
+measured one up to itself (``M_max``); larger M than any measured run the band's default. The table names the GPU
+and the source files; it is written atomically. Put it at ``radiance_kernels/ops/w4a8_gemm/tuned/<gpu_key>.json`` to
+make serving use it.
 """
 
 from __future__ import annotations

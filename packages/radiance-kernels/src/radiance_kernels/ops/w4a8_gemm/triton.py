@@ -230,10 +230,11 @@ def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, 
 @triton.jit
 def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om,
                SPLIT: tl.constexpr, SOFT: tl.constexpr, RW: tl.constexpr = 4):
-    """Epilogue. SPLIT 0: bf16 ``out``. 1: fp32 partial ``ws[s]`` (summed by the host). 2: partial, then the
-    tile's arrival counter ``cnt[pid]``; the last program of the tile sums ``ws[0..S-1]`` in split order
-    (deterministic), stores bf16 and resets the counter to 0 (:func:`counters`), loading RW partials per step: its sum is a chain of L2 round trips, one per
-    step (4 is what the compiler's unroll of a plain loop gave; the "r" gemv configs of :data:`DECODE` take more)."""
+    """Epilogue. SPLIT 0: bf16 ``out``. 1: fp32 partial ``ws[s]`` (summed by the host). 2: partial, then the tile's
+    arrival counter ``cnt[pid]``; the last program of the tile sums ``ws[0..S-1]`` in split order (deterministic),
+    stores bf16 and resets the counter to 0 (:func:`counters`), loading RW partials per step: its sum is a chain of
+    L2 round trips, one per step (4 is what the compiler's unroll of a plain loop gave; the "r" gemv configs of
+    :data:`DECODE` take more)."""
     mask = mask_m[:, None] & mask_n[None, :]
     out = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     if SPLIT == 0:
