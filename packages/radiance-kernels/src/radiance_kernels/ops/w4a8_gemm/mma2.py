@@ -17,13 +17,13 @@ Two operand kinds (``K8``):
   even ``j`` (minus ``1032``: one ``sub.f16x2``), with mask ``0x00F000F0`` the pair ``1024 + 16 q`` for odd ``j`` (times
   1/16 minus 72: one ``fma.rn.f16x2``), all exact. Its activation pair is bytes ``j``, ``j + 4`` of one 8-byte word
   (``prmt``, then ``cvt.rn.f16x2.e4m3x2``; int8 by the same ``1024 +`` trick).
-- 8-bit (m16n8k32, 4 MMAs per group: s8 x s8, or e4m3 x e4m3 — which sm_90's ptxas splits into fp16 MMAs, so it
-  loses there): ``c = q`` (``o = 0``), the activation bytes used as stored. Step (half ``h``, ``j``), slot ``s``:
-  word row ``8h + (s % 16) // 4 + 4 (s // 16)`` (a thread's two registers: rows ``8h + t``, ``8h + t + 4``), each
-  register four codes of one word — e4m3: nibbles ``4j .. 4j + 3``,
-  the four activation bytes of word half ``j`` as they are; the code bytes by two 8-entry ``prmt`` tables (codes 0-7,
-  8-15: a selector nibble with its top bit set gives 0, the top bit of each table's entries being 0) and an ``or``;
-  int8: nibbles ``j, j + 2, j + 4, j + 6`` (``(w >> 4j) & 0x0F0F0F0F``), the activation bytes by one ``prmt``.
+- 8-bit (m16n8k32, 4 MMAs per group: s8 x s8, or e4m3 x e4m3 — which sm_90's ptxas splits into fp16 MMAs, so it loses
+  there): ``c = q`` (``o = 0``), the activation bytes used as stored. Step (half ``h``, ``j``), slot ``s``: word row
+  ``8h + (s % 16) // 4 + 4 (s // 16)`` (a thread's two registers: rows ``8h + t``, ``8h + t + 4``), each register
+  four codes of one word — e4m3: nibbles ``4j .. 4j + 3``, the four activation bytes of word half ``j`` as they are;
+  the code bytes by two 8-entry ``prmt`` tables (codes 0-7, 8-15: a selector nibble with its top bit set gives 0,
+  the top bit of each table's entries being 0) and an ``or``; int8: nibbles ``j, j + 2, j + 4, j + 6`` (``(w >> 4j)
+  & 0x0F0F0F0F``), the activation bytes by one ``prmt``.
 
 Loads: ``wq`` words by the B fragment, activation words by the A fragment (L1-resident; the slots of one word name it
 once), the group's scale / zero words and the activations' group sums and scales with them; ``PF`` (0-2): how many
