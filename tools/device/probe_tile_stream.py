@@ -9,6 +9,7 @@ limits decode; if it reaches it, the kernels' own loops do.
 ``python tools/device/probe_tile_stream.py OUT.json`` (GPU, PYTHONPATH as h200_run.sh sets it)."""
 
 import json
+import os
 import sys
 
 import torch
@@ -77,9 +78,11 @@ def main(path: str) -> None:
                     rows.append(r)
                     print(f"{name:12s} BN={BN:4d} {per_sm}/SM w{warps} s{stages} {'tiled ' if contig else 'strided'}"
                           f" {r['best_us']:7.1f} us {r['TBps']:5.2f} TB/s = {r['frac_read']:.2f} of read", flush=True)
-    with open(path, "w") as f:
+    tmp = path + ".tmp"  # written whole, then renamed: a cut run leaves no half file
+    with open(tmp, "w") as f:
         json.dump({"read_TBps": read, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "triton": triton.__version__, "rows": rows}, f, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

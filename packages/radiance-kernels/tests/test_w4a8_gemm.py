@@ -577,8 +577,9 @@ def test_full_shapes(proj):
 @pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
 @pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
 def test_mma2_full_shapes(proj):
-    """The register-fed mma.sync decode kernel at the 27B shapes: M = 8 e4m3 per-group on the prefetching 2-warp
-    config, M = 16 int8 per-token on the 4-warp one, M = 3 e4m3 per-token on the plain one."""
+    """The register-fed mma.sync decode kernel at the 27B shapes, fp16 operands (mma2*: M = 8 e4m3 per-group on the
+    prefetching 2-warp config, M = 16 int8 per-token on the 4-warp one, M = 3 e4m3 per-token on the plain one) and
+    8-bit operands (mma8*: int8 M = 8 per-group and M = 16 per-token, e4m3 M = 4 per-group)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     w = prepare_codes(*weights(proj.K, proj.N, 4, seed=proj.K, device="cuda"), 4)
