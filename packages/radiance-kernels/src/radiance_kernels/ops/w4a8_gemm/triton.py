@@ -419,11 +419,11 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: 128-register cap at 4 programs per SM (call 37), 256 columns again (call 40), 16 partials per reduction step on n64
 #: (call 41). Since call 38 the group's scales and sums are prefetched with its fragments (one group ahead: qkv M = 4
 #: e4m3 27.9 -> 24.4 us; two ahead now costs residency, 212 registers).
-#: "mma8*" (``k8``): the same kernel on 8-bit MMA operands (m16n8k32: s8 x s8 for int8 activations, 313 instead of
-#: 590 loop instructions per group; e4m3 x e4m3 has no native mma.sync on sm_90 — ptxas splits it into fp16 MMAs, so
-#: e4m3 stays on "mma2*"). H200 call 40 (int8 group, us, mma8n64p vs the best fp16-operand config): qkv M = 8 19.5 vs
-#: 27.1, gate_up 44.3 vs 58.3, down 23.5 vs 35.9, o_proj 13.1 vs 16.2; at M = 2 it also beats the gemv configs on all
-#: but gate_up (qkv 18.4 vs 22.8), at M = 1 on down and in_proj.
+#: "mma8*" (``k8``): the same kernel on 8-bit MMA operands (m16n8k32: s8 x s8 for int8 activations, 313 against 562
+#: loop instructions per group on fp16 operands; e4m3 x e4m3 has no native mma.sync on sm_90 — ptxas splits it into
+#: fp16 MMAs, so e4m3 stays on "mma2*"). H200 call 40 (int8 group, us, mma8n64p vs the best fp16-operand config): qkv
+#: M = 8 19.5 vs 27.1, gate_up 44.3 vs 58.3, down 23.5 vs 35.9, o_proj 13.1 vs 16.2; at M = 2 it also beats the gemv
+#: configs on all but gate_up (qkv 18.4 vs 22.8), at M = 1 on down and in_proj.
 #: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight
 #: loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
