@@ -15,6 +15,7 @@ from radiance_kernels.formats import awq, e4m3
 from radiance_kernels.ops.w4a8_gemm import prepare, prepare_codes, unprepare
 
 GPU_CUDA = GPU and torch.version.cuda is not None
+SM90 = GPU_CUDA and torch.cuda.get_device_capability() == (9, 0)
 
 
 def acts(P, M, K, elem, grouped, kind="normal", seed=0, device="cpu"):
@@ -629,6 +630,58 @@ def test_blockwise_full_shapes(proj, M, grouped):
     r, mx = gemm_error(out[:M], ref)
     assert r <= REL and mx <= 4 * REL, (M, grouped, r, mx)
     assert torch.all(out[M:] == 5.0)
+
+
+@pytest.mark.skipif(not SM90, reason="Gluon wgmma kernel: NVIDIA sm_90 only (the Triton predeq loop is its twin)")
+@pytest.mark.parametrize("name", ["wgmma", "wgmmam64", "wgmmas3"])
+@pytest.mark.parametrize("bits,elem,grouped,M,K", [(4, "e4m3", True, 19, 256), (4, "int8", True, 130, 768),
+                                                  (5, "e4m3", False, 70, 512), (5, "int8", False, 200, 1024),
+                                                  (4, "e4m3", False, 129, 1280), (4, "int8", False, 64, 256)])
+def test_wgmma_configs(name, bits, elem, grouped, M, K):
+    """The Gluon Hopper prefill kernel == reference: both widths and elements, token / group scales, P = 2 with a
+    ragged last N-block, G = 2 (no steady-state trip) to 10, M off and on the tile; rows past M untouched."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    P, N, bounds = 2, 400, [0, 256, 400]
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device="cuda")
+    w = prepare_codes(*weights(K, N, bits, zkind="extremes" if M == 64 else "random", device="cuda"), bits)
+    ref = call(A, AS, RS, w, bounds, False, "prefill", "reference")
+    out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device="cuda")
+    impl.gemm(A, AS, RS, w, bounds, False, "prefill", out=out, cfg=impl.PREFILL[name])
+    r, mx = gemm_error(out[:M], ref)
+    assert r <= REL and mx <= 4 * REL, (r, mx)
+    assert torch.all(out[M:] == 5.0)
+
+
+def test_wgmma_refuses_where_it_cannot_run(device):
+    """Off sm_90 (and under the interpreter), or with K not a multiple of 256, the wgmma config names what it
+    needs; a config without predeq is refused."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    A, AS, RS, _ = acts(1, 70, 384, "int8", True, device=device)
+    w = prepare_codes(*weights(384, 128, 4, device=device), 4)
+    with pytest.raises(ValueError, match="wgmma prefill config needs"):
+        impl.gemm(A, AS, RS, w, [0, 128], True, "prefill", cfg=impl.PREFILL["wgmma"])
+    with pytest.raises(ValueError, match="wgmma .* reads the predeq operand"):
+        impl.config(300, 256, 256, "prefill", True, {**impl.PREFILL["wgmma"], "predeq": False})
+
+
+@pytest.mark.skipif(not (FULL_SHAPES and SM90), reason="RADIANCE_FULL_SHAPES=1 on an sm_90 machine")
+@pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
+def test_wgmma_full_shapes(proj):
+    """The Gluon Hopper prefill kernel at the 27B shapes: int4 e4m3 per-group and int5 int8 per-token (M = 2048),
+    int4 int8 per-group with M off the tile (M = 300)."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    for M, bits, elem, grouped in ((2048, 4, "e4m3", True), (2048, 5, "int8", False), (300, 4, "int8", True)):
+        w = prepare_codes(*weights(proj.K, proj.N, bits, seed=proj.N + bits, device="cuda"), bits)
+        A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
+        ref = call(A, AS, RS, w, list(proj.bounds), False, "prefill", "reference")
+        out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")
+        impl.gemm(A, AS, RS, w, list(proj.bounds), False, "prefill", out=out, cfg=impl.PREFILL["wgmma"])
+        r, mx = gemm_error(out[:M], ref)
+        assert r <= REL and mx <= 4 * REL, (M, bits, elem, grouped, r, mx)
+        assert torch.all(out[M:] == 5.0)
 
 
 @pytest.mark.parametrize("elem,granularity,zpe", [("e4m3", "token", False), ("int8", "group", True)])

@@ -32,7 +32,8 @@ INT8_MMA = "nib8xpr"  # the tensor-core loop (int8 as exact fp16) the int8 gemv 
 PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
 #: (act label, element, granularity, zpe); ``kernelbench.tune`` keys its table by the element
 PREFILL_ACTS = (("e4m3 group", "e4m3", "group", False), ("int8 group ZPE", "int8", "group", True))
-PREFILL_INT5 = ("k64", w4.PREFILL_DEFAULT)  # the configs also timed with int5 weights (before and after predeq)
+#: the configs also timed with int5 weights (before and after predeq, and the Gluon Hopper kernel)
+PREFILL_INT5 = ("k64", w4.PREFILL_DEFAULT, "wgmma", "wgmmam64", "wgmmas3")
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:

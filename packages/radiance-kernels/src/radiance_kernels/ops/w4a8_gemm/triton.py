@@ -491,10 +491,13 @@ DECODE_DEFAULT = "nib8xpr"
 #: folds while the other's wgmma runs. (128x256 spilled 0.6-1.3 KB and ran at half speed: dropped.)
 #: "blockwise": no kernel of ours past the unpack — the library's 1x128-block-scaled fp8 GEMM on the same operand
 #: with the zero folded in (:mod:`.blockwise`; int4 e4m3 on sm_90 only, raises elsewhere; tile keys unused).
+#: "wgmma": the same predeq operand through our Gluon Hopper kernel (:mod:`.wgmma`: TMA ring of ``num_stages`` groups,
+#: two groups' asynchronous wgmmas in flight while one folds; every width and activation element; sm_90 only, K a
+#: multiple of 256); "wgmmam64": 64x128 on 4 warps (two programs per SM), "wgmmas3": three stages.
 def _tiles(**knobs) -> dict:
     """A complete prefill config (``predeq`` always set, so a named config passed as an override never
     inherits the default's)."""
-    return dict(GROUP_M=8, predeq=False, blockwise=False) | knobs
+    return dict(GROUP_M=8, predeq=False, blockwise=False, wgmma=False) | knobs
 
 
 PREFILL = {
@@ -509,6 +512,9 @@ PREFILL = {
     "deqm64s2": _tiles(BM=64, BN=128, KS=128, num_warps=4, num_stages=2, predeq=True),
     "deqn64": _tiles(BM=128, BN=64, KS=128, num_warps=4, num_stages=3, predeq=True),
     "blockwise": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=3, blockwise=True),
+    "wgmma": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=4, predeq=True, wgmma=True),
+    "wgmmam64": _tiles(BM=64, BN=128, KS=128, num_warps=4, num_stages=4, predeq=True, wgmma=True),
+    "wgmmas3": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=3, predeq=True, wgmma=True),
 }
 PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), bit-identical output
 #: The prefill default where :mod:`.blockwise` runs (int4, e4m3, sm_90 with CUDA >= 12.9). H200 call 21 (int4 e4m3
@@ -516,7 +522,7 @@ PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), 
 #: 462; M = 8192 997-1011 / 466-483; at M = 128 it wins down and gate_up, not qkv (the tuned table says per shape).
 BLOCKWISE_DEFAULT = "blockwise"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
-         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise"}
+         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -555,7 +561,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", rw=4, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False)
+                apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False, wgmma=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -585,6 +591,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
     if cfg["blockwise"] and band == "decode":
         raise ValueError("w4a8_gemm config: blockwise (the library block-scaled GEMM) is a prefill config")
+    if cfg["wgmma"] and not cfg["predeq"]:
+        raise ValueError("w4a8_gemm config: wgmma (the Gluon Hopper kernel) reads the predeq operand: set predeq")
     if cfg["predeq"] and (band == "decode" or cfg["dot16"] or cfg["nib8"]):
         raise ValueError("w4a8_gemm config: predeq runs the prefill band's 8-bit dot loop (no decode, dot16, nib8)")
     if band == "decode" and not (cfg["gemv"] or cfg["mma2"]):  # BM x BN <= 4096: BM=64 x 128 spills ~800 B (ptxas)
@@ -626,7 +634,7 @@ def counters(device, tiles: int) -> torch.Tensor:
 
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
            tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, prefill: str = PREFILL_DEFAULT,
-           gemv=None, mma2=None, unpacked=None, blockwise=None,
+           gemv=None, mma2=None, unpacked=None, blockwise=None, hopper=None,
            **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, ws, out, cnt, M, N, K, b1, b2, stride_om,
     groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` ... ``PREDEQ`` where the kernel
@@ -634,7 +642,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     ``gemv`` config runs the op's CUDA-core kernel ``gemv`` (same arguments up to BK, ``BITS`` /
     ``GROUP_AS``). ``unpacked()`` (where the kernel has PREDEQ) gives the call's 8-bit weight operand, which
     replaces the packed weights ``tensors[3]`` when the config sets ``predeq``; a ``blockwise`` config returns
-    ``blockwise(out)`` (the op's library path) instead of a kernel launch."""
+    ``blockwise(out)`` (the op's library path) instead of a kernel launch, a ``wgmma`` one ``hopper(out, cfg)`` (the
+    op's Gluon Hopper kernel)."""
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError(f"{op}: the triton backend needs contiguous weights (prepare() output, unsliced)")
     if out is None:
@@ -661,6 +670,10 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         if blockwise is None:
             raise ValueError(f"{op}: has no blockwise path (a W4A8 GEMM prefill config)")
         return blockwise(out)
+    if cfg["wgmma"]:
+        if hopper is None:
+            raise ValueError(f"{op}: has no wgmma kernel (a W4A8 GEMM prefill config)")
+        return hopper(out, {**cfg, "BN": _block_n(bounds, cfg["BN"])})
     if cfg["gemv"]:
         kernel, has_dot16 = gemv, False
     if cfg["mma2"]:
@@ -720,12 +733,20 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
             raise ValueError(f"w4a8_gemm: the blockwise prefill config needs {no_blockwise}")
         return blockwise.gemm(A, AS, w, bounds, out, lambda: unpack_w8(w, False, zfold=True))
 
+    def hopper(out, cfg):
+        from radiance_kernels.ops.w4a8_gemm import wgmma  # Gluon: imported where it can run
+
+        why = wgmma.unsupported(A.device, K)
+        if why:
+            raise ValueError(f"w4a8_gemm: the wgmma prefill config needs {why}")
+        return wgmma.gemm(A, AS, RS.contiguous(), unpack_w8(w, int8), w.sz, bounds, out, cfg)
+
     return launch(
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
         (A, AS, RS.contiguous(), w.wq, wh, w.sz), cfg,
         gemv=_w4a8_gemv_kernel, mma2=_mma2_kernel, decode=GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT,
         prefill=PREFILL_DEFAULT if no_blockwise else BLOCKWISE_DEFAULT,
-        unpacked=lambda: unpack_w8(w, int8), blockwise=library,
+        unpacked=lambda: unpack_w8(w, int8), blockwise=library, hopper=hopper,
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )

@@ -1,0 +1,238 @@
+"""Prefill W4A8 / W5A8 GEMM on Hopper's asynchronous ``wgmma`` (Gluon; NVIDIA sm_90): the ``wgmma`` configs of
+:data:`.triton.PREFILL`, every weight width and activation element.
+
+Operands: the call's 8-bit weight copy ``w8 [N, K]`` (:func:`.triton.unpack_w8`: ``c = q - 2^(b-1)``, int8 or e4m3,
+exact) and the activation codes ``A [P, M, K]``, both K-contiguous, brought by TMA into a ``STAGES``-deep ring of
+shared-memory tiles ``[BM, 128]`` / ``[BN, 128]`` (one 128-group per stage, one mbarrier each). Per group ``g`` one
+asynchronous ``warpgroup_mma`` from shared memory gives the exact group sum (int32 for int8, fp32 for e4m3 —
+per-group promotion, as the library's block-scaled GEMM)::
+
+    t[m, n] = sum_{k in g} a[m, k] * c[k, n]
+    acc[m, n] += as(m, g) * (s[g, n] * t - s[g, n] * d[g, n] * RS[m, g])      (d = z - 2^(b-1): sz's high half)
+
+— the reference's math in the Triton loop's in-loop form (``zpe`` gives the same sums; it is not read). The loop
+keeps one group's MMA in flight while it folds the previous one (``OVERLAP``; registers: two int32 / fp32 ``[BM,
+BN]`` group sums and the accumulator), refills the stage that group freed, and loads the next group's scales and row
+sums a group ahead. int8 sums reach fp32 by the exponent trick (``|t| < 2^22``: an integer add and a float subtract,
+no quarter-rate convert). Tiles in grouped launch order; each N-block reads its partition's activation rows
+(``n0 >= b1``, ``n0 >= b2``); rows past M of a partition read the next partition's (or TMA's zeros): only their own
+output rows, which are not stored.
+
+NVIDIA Hopper only; the portable twin is the Triton ``predeq`` loop (:mod:`.triton`), same operand and math.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from radiance_kernels.backends import triton_interpreted
+from radiance_kernels.ops.w4a8_gemm import reference
+from radiance_kernels.ops.w4a8_gemm.reference import group_scales
+
+GROUP = gl.constexpr(reference.GROUP)
+_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
+_MAGIC = gl.constexpr(0x4B400000)  # fp32 1.5 * 2^23: (t + _MAGIC) as fp32 is 1.5 * 2^23 + t for |t| < 2^22
+
+
+@gluon.constexpr_function
+def _instr_n(BN, INT8):
+    """The wgmma instruction's N: the tile's N, at most 128 for 8-bit integers (their N set stops at 224)."""
+    return min(BN, 128) if INT8 else BN
+
+
+@gluon.jit
+def _row_loads(rs_rows, as_rows, mask_m, g, GROUP_AS: gl.constexpr):
+    """Group g's row inputs: the activations' row sums and (GROUP_AS) scales."""
+    rs = gl.load(rs_rows + g, mask=mask_m, other=0.0)
+    if GROUP_AS:
+        ag = gl.load(as_rows + g, mask=mask_m, other=0.0)
+    else:
+        ag = rs
+    return rs, ag
+
+
+@gluon.jit
+def _scales_to_shared(sc_desc, s_s, sd_s, bars, st, g, off_n, N, pred):
+    """TMA group g's column factors (rows 2g, 2g + 1 of ``sc``, flat) into stage ``st``."""
+    tma.async_copy_global_to_shared(sc_desc, [2 * g * N + off_n], bars.index(st), s_s.index(st), pred=pred)
+    tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], bars.index(st), sd_s.index(st), pred=pred)
+
+
+@gluon.jit
+def _fold(acc, t, s_sh, sd_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr):
+    """``acc + as * (s t - s d RS)`` for one group's sums ``t`` (int32 sums to fp32 by the exponent trick), its
+    column factors ``s``, ``s d`` in shared memory and its row inputs."""
+    if INT8:
+        t = (t + _MAGIC).to(gl.float32, bitcast=True) - 12582912.0
+    s = s_sh.load(COL)
+    sd = sd_sh.load(COL)
+    rs, ag = rows
+    if GROUP_AS:
+        acc -= sd[None, :] * (ag * rs)[:, None]
+        acc += (ag[:, None] * s[None, :]) * t
+    else:
+        acc -= sd[None, :] * rs[:, None]
+        acc += s[None, :] * t
+    return acc
+
+
+@gluon.jit
+def _step(acc, t, f, g, G, PENDING: gl.constexpr, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
+          rs_rows, as_rows, mask_m, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr,
+          STAGES: gl.constexpr, ISSUE: gl.constexpr):
+    """Fold group g (its MMA ``t``; PENDING: MMAs issued after it), refill its stage with group g + STAGES and
+    (ISSUE) start group g + 2's MMA in ``t``'s registers: (acc, the new ``t``, group g + 1's row inputs)."""
+    st = g % STAGES
+    tw = warpgroup_mma_wait(num_outstanding=PENDING, deps=(t,))
+    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS)
+    acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL)
+    if ISSUE:
+        _barrier()  # every warp is done with group g's stage: refill it with group g + STAGES
+        refill = g + STAGES < G
+        NBYTES: gl.constexpr = a_desc.block_type.nbytes + w_desc.block_type.nbytes + 2 * sc_desc.block_type.nbytes
+        mbarrier.expect(bars.index(st), NBYTES, pred=refill)
+        tma.async_copy_global_to_shared(a_desc, [a_row, (g + STAGES) * GROUP], bars.index(st), a_s.index(st),
+                                        pred=refill)
+        tma.async_copy_global_to_shared(w_desc, [off_n, (g + STAGES) * GROUP], bars.index(st), w_s.index(st),
+                                        pred=refill)
+        _scales_to_shared(sc_desc, s_s, sd_s, bars, st, g + STAGES, off_n, N, refill)
+        nx = (g + 2) % STAGES
+        mbarrier.wait(bars.index(nx), ((g + 2) // STAGES) & 1)
+        t = warpgroup_mma(a_s.index(nx), w_s.index(nx).permute((1, 0)), tw, use_acc=False, is_async=True)
+    else:
+        t = tw
+    return acc, t, fn
+
+
+@gluon.jit
+def _w4a8_wgmma_kernel(
+    a_desc, w_desc, sc_desc, as_ptr, rs_ptr, out_ptr, M, N, K, b1, b2, stride_om,
+    INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+    GROUP_M: gl.constexpr,
+):
+    NW: gl.constexpr = gl.num_warps()
+    gl.static_assert(BM == 16 * NW, "one 16-row slice per warp: BM = 16 x num_warps")
+    gl.static_assert(STAGES >= 3, "groups g, g + 1 in flight and g + 2 loaded")
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                  instr_shape=[16, _instr_n(BN, INT8), 32])
+    ROW: gl.constexpr = gl.SliceLayout(1, MMA)
+    COL: gl.constexpr = gl.SliceLayout(0, MMA)
+    # grouped launch order, then the N-block's activation partition
+    pid = gl.program_id(0)
+    num_m = gl.cdiv(M, BM)
+    width = GROUP_M * gl.cdiv(N, BN)
+    first_m = (pid // width) * GROUP_M
+    rows = gl.minimum(num_m - first_m, GROUP_M)
+    off_m = (first_m + (pid % width) % rows) * BM
+    off_n = ((pid % width) // rows) * BN
+    part = (off_n >= b1).to(gl.int32) + (off_n >= b2).to(gl.int32)
+    G = K // GROUP
+    a_row = part * M + off_m
+
+    a_s = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, GROUP], a_desc.layout)
+    w_s = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, GROUP], w_desc.layout)
+    s_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
+    sd_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+    NBYTES: gl.constexpr = a_desc.block_type.nbytes + w_desc.block_type.nbytes + 2 * sc_desc.block_type.nbytes
+    for i in gl.static_range(STAGES):  # group i in stage i
+        mbarrier.expect(bars.index(i), NBYTES, pred=i < G)
+        tma.async_copy_global_to_shared(a_desc, [a_row, i * GROUP], bars.index(i), a_s.index(i), pred=i < G)
+        tma.async_copy_global_to_shared(w_desc, [off_n, i * GROUP], bars.index(i), w_s.index(i), pred=i < G)
+        _scales_to_shared(sc_desc, s_s, sd_s, bars, i, i, off_n, N, i < G)
+
+    offs_m = off_m + gl.arange(0, BM, layout=ROW)
+    offs_n = off_n + gl.arange(0, BN, layout=COL)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    rows_pm = (part * M + offs_m).to(gl.int64)
+    rs_rows = rs_ptr + rows_pm * G
+    if GROUP_AS:
+        as_rows = as_ptr + rows_pm * G
+    else:
+        as_rows = as_ptr + rows_pm
+    zero = gl.zeros([BM, BN], gl.int32 if INT8 else gl.float32, MMA)
+    acc = gl.zeros([BM, BN], gl.float32, MMA)
+
+    # two groups' MMAs in flight while one folds: group g + 2's MMA writes the registers group g's fold freed;
+    # two steps per trip, so the two sums' registers keep their roles (G even)
+    mbarrier.wait(bars.index(0), 0)
+    t_a = warpgroup_mma(a_s.index(0), w_s.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
+    mbarrier.wait(bars.index(1), 0)
+    t_b = warpgroup_mma(a_s.index(1), w_s.index(1).permute((1, 0)), zero, use_acc=False, is_async=True)
+    f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS)
+    for g in range(0, G - 2, 2):
+        acc, t_a, f = _step(acc, t_a, f, g, G, 1, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
+                            rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, True)
+        acc, t_b, f = _step(acc, t_b, f, g + 1, G, 1, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n,
+                            N, rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, True)
+    acc, t_a, f = _step(acc, t_a, f, G - 2, G, 1, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
+                        rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, False)
+    acc, t_b, f = _step(acc, t_b, f, G - 1, G, 0, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
+                        rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, False)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i))
+    if not GROUP_AS:
+        acc *= gl.load(as_rows, mask=mask_m, other=0.0)[:, None]
+    out = out_ptr + offs_m.to(gl.int64)[:, None] * stride_om + offs_n[None, :]
+    gl.store(out, acc.to(gl.bfloat16), mask=mask_m[:, None] & mask_n[None, :])
+
+
+def unsupported(device, K: int) -> str | None:
+    """Why the kernel cannot run here (None: it can): wgmma and TMA are NVIDIA sm_90's, the loop takes groups in
+    pairs."""
+    device = torch.device(device)
+    if triton_interpreted() or device.type != "cuda" or torch.version.cuda is None:
+        return f"an NVIDIA CUDA device, not interpreted (got {device.type}{', ROCm' if torch.version.hip else ''})"
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return f"compute capability (9, 0) (wgmma; got {torch.cuda.get_device_capability(device)})"
+    if K % (2 * reference.GROUP) or K < 2 * reference.GROUP:
+        return f"K a multiple of {2 * reference.GROUP} (got {K})"
+    return None
+
+
+def _descriptor(x: torch.Tensor, block: list[int], dtype, swizzle: bool = True) -> TensorDescriptor:
+    if swizzle:
+        layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    else:
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=dtype.primitive_bitwidth, rank=len(block))
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
+
+
+def column_scales(sz: torch.Tensor) -> torch.Tensor:
+    """``sc [2 G, N]`` fp32: rows 2g, 2g + 1 = ``s[g]``, ``s[g] * d[g]`` of the ``sz`` words (the fold's column
+    factors, as the Triton loop computes them); the kernel reads it flat, one ``[BN]`` TMA tile per row and
+    N-block (a partial last block reads the next row's head: columns that are not stored)."""
+    s = group_scales(sz).float()
+    return torch.stack([s, s * (sz >> 16).float()], 1).view(-1, sz.shape[1])
+
+
+def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, sz: torch.Tensor, bounds: list[int],
+         out: torch.Tensor, cfg: dict) -> torch.Tensor:
+    """``out[:M]`` = the W4A8 GEMM of ``A [P, M, K]`` (int8, or e4m3 codes as uint8) and the call's 8-bit weight copy
+    ``w8 [N, K]`` (int8 / uint8 e4m3), scale / zero words ``sz [G, N]``; ``cfg``: BM, BN, STAGES, GROUP_M,
+    num_warps."""
+    P, M, K = A.shape
+    N = w8.shape[0]
+    int8 = A.dtype == torch.int8
+    if int8:
+        el, gel = torch.int8, gl.int8
+    else:
+        el, gel = torch.float8_e4m3fn, gl.float8e4nv
+    a_desc = _descriptor(A.view(P * M, K).view(el), [cfg["BM"], GROUP], gel)
+    w_desc = _descriptor(w8.view(el), [cfg["BN"], GROUP], gel)
+    sc_desc = _descriptor(column_scales(sz).view(-1), [cfg["BN"]], gl.float32, swizzle=False)
+    b = list(bounds) + [N] * (4 - len(bounds))
+    grid = (-(-M // cfg["BM"]) * -(-N // cfg["BN"]),)
+    _w4a8_wgmma_kernel[grid](
+        a_desc, w_desc, sc_desc, AS, RS, out, M, N, K, b[1], b[2], out.stride(0),
+        INT8=int8, GROUP_AS=AS.dim() == 3, BM=cfg["BM"], BN=cfg["BN"], STAGES=cfg["num_stages"],
+        GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"],
+    )
+    return out
