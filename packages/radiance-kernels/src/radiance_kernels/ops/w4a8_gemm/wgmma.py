@@ -30,10 +30,8 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from radiance_kernels.backends import triton_interpreted
-from radiance_kernels.ops.w4a8_gemm import reference
-from radiance_kernels.ops.w4a8_gemm.reference import group_scales
+from radiance_kernels.ops.w4a8_gemm.reference import GROUP, group_scales
 
-GROUP = gl.constexpr(reference.GROUP)
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
 _MAGIC = gl.constexpr(0x4B400000)  # fp32 1.5 * 2^23: (t + _MAGIC) as fp32 is 1.5 * 2^23 + t for |t| < 2^22
 
@@ -83,7 +81,7 @@ def _fold(acc, t, s_sh, sd_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr,
 @gluon.jit
 def _step(acc, t, f, g, G, PENDING: gl.constexpr, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
           rs_rows, as_rows, mask_m, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr,
-          STAGES: gl.constexpr, ISSUE: gl.constexpr):
+          STAGES: gl.constexpr, BK: gl.constexpr, ISSUE: gl.constexpr):
     """Fold group g (its MMA ``t``; PENDING: MMAs issued after it), refill its stage with group g + STAGES and
     (ISSUE) start group g + 2's MMA in ``t``'s registers: (acc, the new ``t``, group g + 1's row inputs)."""
     st = g % STAGES
@@ -95,9 +93,9 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, a_desc, w_desc, sc_desc, a_s, 
         refill = g + STAGES < G
         NBYTES: gl.constexpr = a_desc.block_type.nbytes + w_desc.block_type.nbytes + 2 * sc_desc.block_type.nbytes
         mbarrier.expect(bars.index(st), NBYTES, pred=refill)
-        tma.async_copy_global_to_shared(a_desc, [a_row, (g + STAGES) * GROUP], bars.index(st), a_s.index(st),
+        tma.async_copy_global_to_shared(a_desc, [a_row, (g + STAGES) * BK], bars.index(st), a_s.index(st),
                                         pred=refill)
-        tma.async_copy_global_to_shared(w_desc, [off_n, (g + STAGES) * GROUP], bars.index(st), w_s.index(st),
+        tma.async_copy_global_to_shared(w_desc, [off_n, (g + STAGES) * BK], bars.index(st), w_s.index(st),
                                         pred=refill)
         _scales_to_shared(sc_desc, s_s, sd_s, bars, st, g + STAGES, off_n, N, refill)
         nx = (g + 2) % STAGES
@@ -112,7 +110,7 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, a_desc, w_desc, sc_desc, a_s, 
 def _w4a8_wgmma_kernel(
     a_desc, w_desc, sc_desc, as_ptr, rs_ptr, out_ptr, M, N, K, b1, b2, stride_om,
     INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-    GROUP_M: gl.constexpr,
+    GROUP_M: gl.constexpr, BK: gl.constexpr,
 ):
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(BM == 16 * NW, "one 16-row slice per warp: BM = 16 x num_warps")
@@ -130,11 +128,11 @@ def _w4a8_wgmma_kernel(
     off_m = (first_m + (pid % width) % rows) * BM
     off_n = ((pid % width) // rows) * BN
     part = (off_n >= b1).to(gl.int32) + (off_n >= b2).to(gl.int32)
-    G = K // GROUP
+    G = K // BK
     a_row = part * M + off_m
 
-    a_s = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, GROUP], a_desc.layout)
-    w_s = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, GROUP], w_desc.layout)
+    a_s = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, BK], a_desc.layout)
+    w_s = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
     s_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
     sd_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -143,8 +141,8 @@ def _w4a8_wgmma_kernel(
     NBYTES: gl.constexpr = a_desc.block_type.nbytes + w_desc.block_type.nbytes + 2 * sc_desc.block_type.nbytes
     for i in gl.static_range(STAGES):  # group i in stage i
         mbarrier.expect(bars.index(i), NBYTES, pred=i < G)
-        tma.async_copy_global_to_shared(a_desc, [a_row, i * GROUP], bars.index(i), a_s.index(i), pred=i < G)
-        tma.async_copy_global_to_shared(w_desc, [off_n, i * GROUP], bars.index(i), w_s.index(i), pred=i < G)
+        tma.async_copy_global_to_shared(a_desc, [a_row, i * BK], bars.index(i), a_s.index(i), pred=i < G)
+        tma.async_copy_global_to_shared(w_desc, [off_n, i * BK], bars.index(i), w_s.index(i), pred=i < G)
         _scales_to_shared(sc_desc, s_s, sd_s, bars, i, i, off_n, N, i < G)
 
     offs_m = off_m + gl.arange(0, BM, layout=ROW)
@@ -169,13 +167,13 @@ def _w4a8_wgmma_kernel(
     f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS)
     for g in range(0, G - 2, 2):
         acc, t_a, f = _step(acc, t_a, f, g, G, 1, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
-                            rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, True)
+                            rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, BK, True)
         acc, t_b, f = _step(acc, t_b, f, g + 1, G, 1, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n,
-                            N, rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, True)
+                            N, rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, BK, True)
     acc, t_a, f = _step(acc, t_a, f, G - 2, G, 1, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
-                        rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, False)
+                        rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, BK, False)
     acc, t_b, f = _step(acc, t_b, f, G - 1, G, 0, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
-                        rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, False)
+                        rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, BK, False)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
     if not GROUP_AS:
@@ -192,8 +190,8 @@ def unsupported(device, K: int) -> str | None:
         return f"an NVIDIA CUDA device, not interpreted (got {device.type}{', ROCm' if torch.version.hip else ''})"
     if torch.cuda.get_device_capability(device) != (9, 0):
         return f"compute capability (9, 0) (wgmma; got {torch.cuda.get_device_capability(device)})"
-    if K % (2 * reference.GROUP) or K < 2 * reference.GROUP:
-        return f"K a multiple of {2 * reference.GROUP} (got {K})"
+    if K % (2 * GROUP) or K < 2 * GROUP:
+        return f"K a multiple of {2 * GROUP} (got {K})"
     return None
 
 
@@ -233,6 +231,6 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
     _w4a8_wgmma_kernel[grid](
         a_desc, w_desc, sc_desc, AS, RS, out, M, N, K, b[1], b[2], out.stride(0),
         INT8=int8, GROUP_AS=AS.dim() == 3, BM=cfg["BM"], BN=cfg["BN"], STAGES=cfg["num_stages"],
-        GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"],
+        GROUP_M=cfg["GROUP_M"], BK=GROUP, num_warps=cfg["num_warps"],
     )
     return out
