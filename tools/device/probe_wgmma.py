@@ -1,0 +1,93 @@
+"""H200 probe (session 7): what limits the Gluon Hopper prefill kernel (:mod:`radiance_kernels.ops.w4a8_gemm.wgmma`)?
+
+Times the kernel alone (its per-call operands — the 8-bit weight copy and the column factors — built once, outside
+the timing) at M = 2048 on the qkv and gate_up shapes, e4m3 per-token and int8 per-group activations, against
+ablations that swap one of its jit helpers for a trivial one before compiling (the kernel resolves them by name):
+``nofold`` (each group's sums added to the accumulator unscaled: no per-element fold) — and, in the same run, the
+library's per-tensor fp8 GEMM on the same M, N, K (the prefill bar's ceiling) and its 1x128 block-scaled GEMM on the
+same 8-bit operand. If ``nofold`` is no faster, the fold does not limit the kernel; the tiles' feed does.
+``python tools/device/probe_wgmma.py OUT.json`` (GPU, PYTHONPATH as h200_run.sh sets it)."""
+
+import json
+import os
+import sys
+from functools import partial
+
+import torch
+from triton.experimental import gluon
+
+from radiance_bench.kernelbench.timing import graph_time
+from radiance_kernels.ops.w4a8_gemm import triton as impl
+from radiance_kernels.ops.w4a8_gemm import wgmma
+from radiance_kernels.ops.w4a8_gemm.reference import prepare_codes
+
+
+@gluon.jit
+def _fold_nofold(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL):
+    if INT8:
+        t = t.to(wgmma.gl.float32, bitcast=True)
+    return acc + t
+
+
+FOLD = wgmma._fold
+
+
+def _use_fold(fold) -> None:
+    """Compile the kernel with ``fold`` as its ``_fold`` (the jit hashes and in-memory caches reset)."""
+    wgmma._fold = fold
+    for fn in (wgmma._w4a8_wgmma_kernel, wgmma._step):
+        fn.hash = None
+    wgmma._w4a8_wgmma_kernel.device_caches.clear()
+
+
+def main(path: str) -> None:
+    out = {"date": __import__("datetime").datetime.now().isoformat(), "gpu": torch.cuda.get_device_name(), "rows": []}
+    M = 2048
+    for name, N, K in (("attn.qkv", 14336, 5120), ("mlp.gate_up", 34816, 5120)):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        codes = torch.randint(0, 16, (K, N), generator=g, device="cuda", dtype=torch.uint8)
+        zeros = torch.randint(0, 16, (K // 128, N), generator=g, device="cuda", dtype=torch.uint8)
+        scales = (torch.rand(K // 128, N, generator=g, device="cuda") * 0.01 + 1e-3).half()
+        w = prepare_codes(codes, zeros, scales, 4)
+        sc = wgmma.column_scales(w.sz)
+        flops = 2 * M * N * K
+        for act in ("e4m3 token", "int8 group"):
+            int8 = act.startswith("int8")
+            A = (torch.randint(-100, 100, (1, M, K), device="cuda", dtype=torch.int8) if int8 else
+                 torch.randint(0, 0x7E, (1, M, K), device="cuda", dtype=torch.uint8))
+            AS = torch.rand(1, M, K // 128, device="cuda") if int8 else torch.rand(1, M, device="cuda")
+            RS = torch.rand(1, M, K // 128, device="cuda")
+            w8 = impl.unpack_w8(w, int8)
+            o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+            cfg = impl.config(M, N, K, "prefill", False, impl.PREFILL["wgmma"])
+            wgmma.column_scales = lambda sz, _sc=sc: _sc  # built once above
+            for variant in ("wgmma", "nofold"):
+                _use_fold(_fold_nofold if variant == "nofold" else FOLD)
+                fn = partial(wgmma.gemm, A, AS, RS, w8, w.sz, [0, N], o, cfg)
+                fn()
+                torch.cuda.synchronize()
+                t = graph_time([fn], reps=10)
+                _use_fold(FOLD)
+                out["rows"].append({"proj": name, "act": act, "variant": variant, "us": t.best_us,
+                                    "TFLOPs": flops / t.best_us / 1e6})
+                print(out["rows"][-1], flush=True)
+        a8 = torch.randint(0, 0x7E, (M, K), device="cuda", dtype=torch.uint8).view(torch.float8_e4m3fn)
+        b8 = impl.unpack_w8(w, False).view(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda")
+        for variant, kw in (("_scaled_mm per-tensor", dict(scale_a=one, scale_b=one)),
+                            ("_scaled_mm 1x128 blocks", dict(scale_a=torch.ones(K // 128, M, device="cuda").t(),
+                                                             scale_b=torch.ones(K // 128, N, device="cuda")))):
+            fn = partial(torch._scaled_mm, a8, b8.t(), out_dtype=torch.bfloat16, **kw)
+            fn()
+            t = graph_time([fn], reps=10)
+            out["rows"].append({"proj": name, "act": "e4m3", "variant": variant, "us": t.best_us,
+                                "TFLOPs": flops / t.best_us / 1e6})
+            print(out["rows"][-1], flush=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f, indent=1)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
