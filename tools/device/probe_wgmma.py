@@ -30,6 +30,10 @@ def _fold_nofold(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL):
 
 
 FOLD = wgmma._fold
+#: (label, named config, overrides)
+VARIANTS = (("wgmma", "wgmma", {}), ("wgmma nofold", "wgmma", {}), ("wgmma s5", "wgmma", {"num_stages": 5}),
+            ("wgmma gm16", "wgmma", {"GROUP_M": 16}), ("wgmmam64", "wgmmam64", {}),
+            ("wgmmam64 nofold", "wgmmam64", {}), ("wgmmam64 s6", "wgmmam64", {"num_stages": 6}))
 
 
 def _use_fold(fold) -> None:
@@ -59,10 +63,10 @@ def main(path: str) -> None:
             RS = torch.rand(1, M, K // 128, device="cuda")
             w8 = impl.unpack_w8(w, int8)
             o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-            cfg = impl.config(M, N, K, "prefill", False, impl.PREFILL["wgmma"])
             wgmma.column_scales = lambda sz, _sc=sc: _sc  # built once above
-            for variant in ("wgmma", "nofold"):
-                _use_fold(_fold_nofold if variant == "nofold" else FOLD)
+            for variant, base, over in VARIANTS:
+                cfg = impl.config(M, N, K, "prefill", False, {**impl.PREFILL[base], **over})
+                _use_fold(_fold_nofold if variant.endswith("nofold") else FOLD)
                 fn = partial(wgmma.gemm, A, AS, RS, w8, w.sz, [0, N], o, cfg)
                 fn()
                 torch.cuda.synchronize()
