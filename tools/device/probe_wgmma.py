@@ -30,10 +30,11 @@ def _fold_nofold(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL):
 
 
 FOLD = wgmma._fold
-#: (label, named config, overrides)
-VARIANTS = (("wgmma", "wgmma", {}), ("wgmma nofold", "wgmma", {}), ("wgmma s5", "wgmma", {"num_stages": 5}),
-            ("wgmma gm16", "wgmma", {"GROUP_M": 16}), ("wgmmam64", "wgmmam64", {}),
-            ("wgmmam64 nofold", "wgmmam64", {}), ("wgmmam64 s6", "wgmmam64", {"num_stages": 6}))
+#: (label, named config, config overrides, kernel knobs past the config)
+VARIANTS = (("wgmma", "wgmma", {}, {}), ("wgmma late refill", "wgmma", {}, {"early": False}),
+            ("wgmma nofold", "wgmma", {}, {}), ("wgmmam64", "wgmmam64", {}, {}),
+            ("wgmmam64 late refill", "wgmmam64", {}, {"early": False}), ("wgmmam64 nofold", "wgmmam64", {}, {}),
+            ("wgmmas3", "wgmmas3", {}, {}))
 
 
 def _use_fold(fold) -> None:
@@ -53,7 +54,6 @@ def main(path: str) -> None:
         zeros = torch.randint(0, 16, (K // 128, N), generator=g, device="cuda", dtype=torch.uint8)
         scales = (torch.rand(K // 128, N, generator=g, device="cuda") * 0.01 + 1e-3).half()
         w = prepare_codes(codes, zeros, scales, 4)
-        sc = wgmma.column_scales(w.sz)
         flops = 2 * M * N * K
         for act in ("e4m3 token", "int8 group"):
             int8 = act.startswith("int8")
@@ -61,13 +61,12 @@ def main(path: str) -> None:
                  torch.randint(0, 0x7E, (1, M, K), device="cuda", dtype=torch.uint8))
             AS = torch.rand(1, M, K // 128, device="cuda") if int8 else torch.rand(1, M, device="cuda")
             RS = torch.rand(1, M, K // 128, device="cuda")
-            w8 = impl.unpack_w8(w, int8)
+            w8, sc = impl.unpack_w8(w, int8, scales=True)
             o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-            wgmma.column_scales = lambda sz, _sc=sc: _sc  # built once above
-            for variant, base, over in VARIANTS:
-                cfg = impl.config(M, N, K, "prefill", False, {**impl.PREFILL[base], **over})
+            for variant, base, over, extra in VARIANTS:
+                cfg = impl.config(M, N, K, "prefill", False, {**impl.PREFILL[base], **over}) | extra
                 _use_fold(_fold_nofold if variant.endswith("nofold") else FOLD)
-                fn = partial(wgmma.gemm, A, AS, RS, w8, w.sz, [0, N], o, cfg)
+                fn = partial(wgmma.gemm, A, AS, RS, w8, sc, [0, N], o, cfg)
                 fn()
                 torch.cuda.synchronize()
                 t = graph_time([fn], reps=10)

@@ -39,7 +39,7 @@ CLOCK_GHZ = 1.98  # H200 boost
 ABLATE = ("nib8x", "nib8xpr", "swap")  # the decode configs whose ablation rows are listed (as the bench's)
 INSTR = r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)"  # an nvdisasm instruction line → its opcode
 TYPES = {"a_ptr": "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32", "part_ptr": "*fp32",
-         "out_ptr": "*bf16", "cnt_ptr": "*i32"}
+         "sc_ptr": "*fp32", "out_ptr": "*bf16", "cnt_ptr": "*i32"}
 
 
 def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8: bool = False,
@@ -114,6 +114,8 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
     for name in only or names:
         if names[name].get("blockwise"):  # a library call, no kernel of ours past the unpack (listed below)
             continue
+        if names[name].get("wgmma"):  # the Gluon Hopper kernel: compiled by test_wgmma_compiles_for_sm90
+            continue
         if names[name].get("gemv"):
             out += gemv_variants(name, names[name])
             continue
@@ -138,9 +140,12 @@ def w4a8_variants(band: str, only: list[str] | None = None) -> list[tuple[str, o
         if not (cfg["swap"] or cfg["apre"] or cfg["predeq"] or ":" in name):  # mxfp4: no swap / apre / predeq / ablate
             out.append((f"mxfp4 {band} {name}", _mxfp4_kernel, tiles, opts, cfg["BN"] * GROUP))
     if any(names[n].get("predeq") or names[n].get("blockwise") for n in only or names):  # the per-call unpack
-        for label, bits, int8, zfold in (("int4 e4m3", 4, False, False), ("int5 e4m3", 5, False, False),
-                                         ("int4 int8", 4, True, False), ("int4 e4m3 zfold", 4, False, True)):
-            ce = dict(BITS=bits, INT8=int8, HW=True, ZFOLD=zfold, BK=GROUP, BN=w4.UNPACK_BN)
+        for label, bits, int8, zfold, scales in (("int4 e4m3", 4, False, False, False),
+                                                 ("int5 e4m3", 5, False, False, False),
+                                                 ("int4 int8", 4, True, False, False),
+                                                 ("int4 int8 scales", 4, True, False, True),
+                                                 ("int4 e4m3 zfold", 4, False, True, False)):
+            ce = dict(BITS=bits, INT8=int8, HW=True, ZFOLD=zfold, SCALES=scales, BK=GROUP, BN=w4.UNPACK_BN)
             out.append((f"w4a8 unpack_w8 {label}", w4._unpack_w8_kernel, ce,
                         dict(num_warps=4, num_stages=3, maxnreg=None, int8=int8), GROUP * w4.UNPACK_BN))
     return out

@@ -263,6 +263,54 @@ def test_mma2_compiles_for_sm90():
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
 
 
+WGMMA_SM90 = """
+import json, re
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from radiance_kernels.ops.w4a8_gemm.wgmma import _w4a8_wgmma_kernel as kernel
+out = []
+for int8, grouped, BM, nw in ((True, True, 128, 8), (False, False, 64, 4)):
+    el, gel = ("i8", gl.int8) if int8 else ("fp8e4nv", gl.float8e4nv)
+    lay = lambda rows: gl.NVMMASharedLayout.get_default_for([rows, 128], gel)
+    lsc = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+    ce = dict(INT8=int8, GROUP_AS=grouped, BM=BM, BN=128, STAGES=4, GROUP_M=8, BK=128, EARLY=True)
+    types = {"a_desc": f"tensordesc<{el}[{BM}, 128],{lay(BM)!r}>", "w_desc": f"tensordesc<{el}[128, 128],{lay(128)!r}>",
+             "sc_desc": f"tensordesc<fp32[128],{lsc!r}>", "as_ptr": "*fp32", "rs_ptr": "*fp32", "out_ptr": "*bf16"}
+    sig = {n: "constexpr" if n in ce else types.get(n, "i32") for n in kernel.arg_names}
+    c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": nw})
+    ptx = c.asm["ptx"]
+    out.append(dict(int8=int8, wgmma=sorted(set(re.findall(r"wgmma[.]mma_async[.]sync[.]aligned[.]([.\\w]+)", ptx))),
+                    waits=sorted(set(re.findall(r"wgmma[.]wait_group[.]sync[.]aligned (\\d+)", ptx))),
+                    tma=ptx.count("cp.async.bulk.tensor"), shared=c.metadata.shared))
+print(json.dumps(out))
+"""
+
+
+def test_wgmma_compiles_for_sm90():
+    """The Gluon Hopper prefill kernel compiles for sm_90 with this environment's Triton (no GPU needed; the H200
+    runs 3.6), in a clean process: s8 x s8 -> s32 and e4m3 x e4m3 -> f32 wgmma from shared memory (k32, N = 128),
+    waits that keep one group's MMA in flight (1) and drain (0), TMA loads of the operand and scale tiles."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import triton
+
+    if not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
+        pytest.skip("this Triton has no bundled ptxas")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", WGMMA_SM90], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    for r in json.loads(run.stdout.splitlines()[-1]):
+        kind = "m64n128k32.s32.s8.s8" if r["int8"] else "m64n128k32.f32.e4m3.e4m3"
+        assert r["wgmma"] == [kind] and r["waits"] == ["0", "1"], r
+        assert r["tma"] >= 4 and r["shared"] > 4 * 128 * 128, r
+
+
 def test_split_counters_are_one_buffer_per_device_and_stream(device):
     """One zeroed counter buffer serves every launch of a (device, stream); a grid that needs more gets a larger
     zeroed one, which then serves the smaller grids too."""
@@ -337,15 +385,20 @@ PREDEQ_VARIANTS = [("deq", 4, "e4m3", True, False), ("deq", 5, "int8", True, Tru
 @pytest.mark.parametrize("bits,int8", list(itertools.product([4, 5], [False, True])))
 def test_unpack_w8_bit_exact(bits, int8, device):
     """predeq's operand ``w8 [N, K]`` = ``q - 2^(b-1)`` as e4m3 codes / int8, K-contiguous (N = 96: a masked
-    column tile)."""
+    column tile), and with ``scales`` the wgmma kernel's column factors, bit-exact."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     w = prepare_codes(*weights(256, 96, bits, device=device), bits)
     c = unprepare(w)[0] - (1 << (bits - 1))
     want = c.to(torch.int8) if int8 else e4m3.encode(c.double())
-    got = impl.unpack_w8(w, int8)
+    got, sc = impl.unpack_w8(w, int8, scales=True)
     assert got.shape == (96, 256) and got.is_contiguous() and got.dtype == want.dtype
     assert torch.equal(got.cpu(), want.T.cpu())
+    _, d, s = unprepare(w)  # wgmma's column factors: rows 2g, 2g + 1 = s, s * (z - 2^(b-1))
+    s = s.float()
+    want_sc = torch.stack([s, s * (d - (1 << (bits - 1))).float()], 1).view(-1, 96)
+    assert torch.equal(sc.cpu(), want_sc.cpu())
+    assert torch.equal(impl.unpack_w8(w, int8).cpu(), got.cpu())
 
 
 def test_unpack_w8_zfold_bit_exact(device):

@@ -129,17 +129,24 @@ def w8_operand(c, INT8: tl.constexpr, HW: tl.constexpr):
 
 
 @triton.jit
-def _unpack_w8_kernel(wq_ptr, wh_ptr, sz_ptr, w8_ptr, N, K, BITS: tl.constexpr, INT8: tl.constexpr, HW: tl.constexpr,
-                      ZFOLD: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr):
+def _unpack_w8_kernel(wq_ptr, wh_ptr, sz_ptr, w8_ptr, sc_ptr, N, K, BITS: tl.constexpr, INT8: tl.constexpr,
+                      HW: tl.constexpr, ZFOLD: tl.constexpr, SCALES: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr):
     """``w8 [N, K]`` (K-contiguous) = :func:`w8_operand` of ``c = q - 2^(BITS-1)`` (ZFOLD: ``c - d = q - z``, the
-    group's zero folded in), e4m3 as its uint8 bytes; one [BK, BN] tile per program (grid K/BK x N/BN, BK = the
-    group)."""
-    k0 = tl.program_id(0) * BK
+    group's zero folded in), e4m3 as its uint8 bytes; SCALES: also the fold's column factors ``sc [2 G, N]`` fp32 (rows
+    2g, 2g + 1: ``s``, ``s d``). One [BK, BN] tile per program (grid K/BK x N/BN, BK = the group)."""
+    g = tl.program_id(0)
+    k0 = g * BK
     offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
     mask_n = offs_n < N
     c = load_codes(wq_ptr, wh_ptr, k0, offs_n, mask_n, N, BITS, BK, BN) - (1 << (BITS - 1))
+    if ZFOLD or SCALES:
+        sz = tl.load(sz_ptr + g * N + offs_n, mask=mask_n, other=0)
     if ZFOLD:
-        c -= (tl.load(sz_ptr + tl.program_id(0) * N + offs_n, mask=mask_n, other=0) >> 16)[None, :]
+        c -= (sz >> 16)[None, :]
+    if SCALES:
+        s = sz_scale(sz)
+        tl.store(sc_ptr + 2 * g * N + offs_n, s, mask=mask_n)
+        tl.store(sc_ptr + (2 * g + 1) * N + offs_n, s * (sz >> 16).to(tl.float32), mask=mask_n)
     w = w8_operand(c, INT8, HW)
     if not INT8:
         w = w.to(tl.uint8, bitcast=True)
@@ -739,7 +746,7 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
         why = wgmma.unsupported(A.device, K)
         if why:
             raise ValueError(f"w4a8_gemm: the wgmma prefill config needs {why}")
-        return wgmma.gemm(A, AS, RS.contiguous(), unpack_w8(w, int8), w.sz, bounds, out, cfg)
+        return wgmma.gemm(A, AS, RS.contiguous(), *unpack_w8(w, int8, scales=True), bounds, out, cfg)
 
     return launch(
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
@@ -761,14 +768,16 @@ def _mma2_kernel():
 UNPACK_BN = 64  # the unpack kernel's tile: one 128-group x 64 columns (4 warps, 64 codes per thread)
 
 
-def unpack_w8(w: W4Prepared, int8: bool, zfold: bool = False) -> torch.Tensor:
+def unpack_w8(w: W4Prepared, int8: bool, zfold: bool = False, scales: bool = False):
     """The ``predeq`` weight operand ``w8 [N, K]`` (K-contiguous, as fp8 / int8 wgmma wants both operands):
     ``c = q - 2^(b-1)`` (``zfold``: ``q - z``, :mod:`.blockwise`'s operand) as e4m3 bytes (uint8) for e4m3
-    activations, int8 for int8 activations; one launch, a fresh buffer per call (N*K bytes)."""
+    activations, int8 for int8 activations; ``scales``: ``(w8, sc)`` with the fold's column factors ``sc [2 G, N]``
+    fp32 (rows 2g, 2g + 1: ``s[g]``, ``s[g] d[g]``; :mod:`.wgmma`'s). One launch, fresh buffers per call."""
     K, N = w.wq.shape[0] * 8, w.wq.shape[1]
     w8 = torch.empty(N, K, dtype=torch.int8 if int8 else torch.uint8, device=w.wq.device)
+    sc = torch.empty(2 * K // GROUP if scales else 0, N, dtype=torch.float32, device=w.wq.device)
     _unpack_w8_kernel[(K // GROUP, triton.cdiv(N, UNPACK_BN))](
-        w.wq, w.wh if w.bits == 5 else w.wq, w.sz, w8, N, K, BITS=w.bits, INT8=int8, HW=not triton_interpreted(),
-        ZFOLD=zfold, BK=GROUP, BN=UNPACK_BN, num_warps=4,
+        w.wq, w.wh if w.bits == 5 else w.wq, w.sz, w8, sc, N, K, BITS=w.bits, INT8=int8, HW=not triton_interpreted(),
+        ZFOLD=zfold, SCALES=scales, BK=GROUP, BN=UNPACK_BN, num_warps=4,
     )
-    return w8
+    return (w8, sc) if scales else w8

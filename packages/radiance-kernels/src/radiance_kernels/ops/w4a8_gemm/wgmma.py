@@ -30,7 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from radiance_kernels.backends import triton_interpreted
-from radiance_kernels.ops.w4a8_gemm.reference import GROUP, group_scales
+from radiance_kernels.ops.w4a8_gemm.reference import GROUP
 
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
 _MAGIC = gl.constexpr(0x4B400000)  # fp32 1.5 * 2^23: (t + _MAGIC) as fp32 is 1.5 * 2^23 + t for |t| < 2^22
@@ -54,10 +54,19 @@ def _row_loads(rs_rows, as_rows, mask_m, g, GROUP_AS: gl.constexpr):
 
 
 @gluon.jit
-def _scales_to_shared(sc_desc, s_s, sd_s, bars, st, g, off_n, N, pred):
-    """TMA group g's column factors (rows 2g, 2g + 1 of ``sc``, flat) into stage ``st``."""
-    tma.async_copy_global_to_shared(sc_desc, [2 * g * N + off_n], bars.index(st), s_s.index(st), pred=pred)
-    tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], bars.index(st), sd_s.index(st), pred=pred)
+def _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g, off_n, N, pred):
+    """TMA group g's column factors (rows 2g, 2g + 1 of ``sc``, flat) into stage ``st`` of their own ring."""
+    mbarrier.expect(sbars.index(st), 2 * sc_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(sc_desc, [2 * g * N + off_n], sbars.index(st), s_s.index(st), pred=pred)
+    tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], sbars.index(st), sd_s.index(st), pred=pred)
+
+
+@gluon.jit
+def _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, st, g, a_row, off_n, BK: gl.constexpr, pred):
+    """TMA group g's activation and weight tiles into stage ``st``."""
+    mbarrier.expect(bars.index(st), a_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [a_row, g * BK], bars.index(st), a_s.index(st), pred=pred)
+    tma.async_copy_global_to_shared(w_desc, [off_n, g * BK], bars.index(st), w_s.index(st), pred=pred)
 
 
 @gluon.jit
@@ -79,25 +88,29 @@ def _fold(acc, t, s_sh, sd_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr,
 
 
 @gluon.jit
-def _step(acc, t, f, g, G, PENDING: gl.constexpr, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
-          rs_rows, as_rows, mask_m, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr,
-          STAGES: gl.constexpr, BK: gl.constexpr, ISSUE: gl.constexpr):
-    """Fold group g (its MMA ``t``; PENDING: MMAs issued after it), refill its stage with group g + STAGES and
-    (ISSUE) start group g + 2's MMA in ``t``'s registers: (acc, the new ``t``, group g + 1's row inputs)."""
+def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.constexpr, GROUP_AS: gl.constexpr,
+          COL: gl.constexpr, STAGES: gl.constexpr, BK: gl.constexpr, EARLY: gl.constexpr, ISSUE: gl.constexpr):
+    """Fold group g (its MMA ``t``; PENDING: MMAs issued after it), refill its stage with group g + STAGES (EARLY: the
+    operand tiles before the fold, which reads only the scales) and (ISSUE) start group g + 2's MMA in ``t``'s
+    registers: (acc, the new ``t``, group g + 1's row inputs). ``descs``: the three TMA descriptors; ``ring``: the
+    stages' tiles and barriers; ``tile``: the program's activation row, column, N and row-input pointers / mask."""
+    a_desc, w_desc, sc_desc = descs
+    a_s, w_s, s_s, sd_s, bars, sbars = ring
+    a_row, off_n, N, rs_rows, as_rows, mask_m = tile
     st = g % STAGES
     tw = warpgroup_mma_wait(num_outstanding=PENDING, deps=(t,))
     fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS)
+    refill = g + STAGES < G
+    if ISSUE and EARLY:
+        _barrier()  # every warpgroup's MMA of group g is done: its operand tiles can go
+        _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, st, g + STAGES, a_row, off_n, BK, refill)
+    mbarrier.wait(sbars.index(st), (g // STAGES) & 1)
     acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL)
     if ISSUE:
-        _barrier()  # every warp is done with group g's stage: refill it with group g + STAGES
-        refill = g + STAGES < G
-        NBYTES: gl.constexpr = a_desc.block_type.nbytes + w_desc.block_type.nbytes + 2 * sc_desc.block_type.nbytes
-        mbarrier.expect(bars.index(st), NBYTES, pred=refill)
-        tma.async_copy_global_to_shared(a_desc, [a_row, (g + STAGES) * BK], bars.index(st), a_s.index(st),
-                                        pred=refill)
-        tma.async_copy_global_to_shared(w_desc, [off_n, (g + STAGES) * BK], bars.index(st), w_s.index(st),
-                                        pred=refill)
-        _scales_to_shared(sc_desc, s_s, sd_s, bars, st, g + STAGES, off_n, N, refill)
+        _barrier()  # every warp is done with group g's stage
+        if not EARLY:
+            _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, st, g + STAGES, a_row, off_n, BK, refill)
+        _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g + STAGES, off_n, N, refill)
         nx = (g + 2) % STAGES
         mbarrier.wait(bars.index(nx), ((g + 2) // STAGES) & 1)
         t = warpgroup_mma(a_s.index(nx), w_s.index(nx).permute((1, 0)), tw, use_acc=False, is_async=True)
@@ -110,7 +123,7 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, a_desc, w_desc, sc_desc, a_s, 
 def _w4a8_wgmma_kernel(
     a_desc, w_desc, sc_desc, as_ptr, rs_ptr, out_ptr, M, N, K, b1, b2, stride_om,
     INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-    GROUP_M: gl.constexpr, BK: gl.constexpr,
+    GROUP_M: gl.constexpr, BK: gl.constexpr, EARLY: gl.constexpr = True,
 ):
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(BM == 16 * NW, "one 16-row slice per warp: BM = 16 x num_warps")
@@ -136,14 +149,13 @@ def _w4a8_wgmma_kernel(
     s_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
     sd_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    sbars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)
-    NBYTES: gl.constexpr = a_desc.block_type.nbytes + w_desc.block_type.nbytes + 2 * sc_desc.block_type.nbytes
+        mbarrier.init(sbars.index(i), count=1)
     for i in gl.static_range(STAGES):  # group i in stage i
-        mbarrier.expect(bars.index(i), NBYTES, pred=i < G)
-        tma.async_copy_global_to_shared(a_desc, [a_row, i * BK], bars.index(i), a_s.index(i), pred=i < G)
-        tma.async_copy_global_to_shared(w_desc, [off_n, i * BK], bars.index(i), w_s.index(i), pred=i < G)
-        _scales_to_shared(sc_desc, s_s, sd_s, bars, i, i, off_n, N, i < G)
+        _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, i, i, a_row, off_n, BK, i < G)
+        _scales_to_shared(sc_desc, s_s, sd_s, sbars, i, i, off_n, N, i < G)
 
     offs_m = off_m + gl.arange(0, BM, layout=ROW)
     offs_n = off_n + gl.arange(0, BN, layout=COL)
@@ -158,6 +170,9 @@ def _w4a8_wgmma_kernel(
     zero = gl.zeros([BM, BN], gl.int32 if INT8 else gl.float32, MMA)
     acc = gl.zeros([BM, BN], gl.float32, MMA)
 
+    descs = (a_desc, w_desc, sc_desc)
+    ring = (a_s, w_s, s_s, sd_s, bars, sbars)
+    tile = (a_row, off_n, N, rs_rows, as_rows, mask_m)
     # two groups' MMAs in flight while one folds: group g + 2's MMA writes the registers group g's fold freed;
     # two steps per trip, so the two sums' registers keep their roles (G even)
     mbarrier.wait(bars.index(0), 0)
@@ -166,16 +181,13 @@ def _w4a8_wgmma_kernel(
     t_b = warpgroup_mma(a_s.index(1), w_s.index(1).permute((1, 0)), zero, use_acc=False, is_async=True)
     f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS)
     for g in range(0, G - 2, 2):
-        acc, t_a, f = _step(acc, t_a, f, g, G, 1, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
-                            rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, BK, True)
-        acc, t_b, f = _step(acc, t_b, f, g + 1, G, 1, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n,
-                            N, rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, BK, True)
-    acc, t_a, f = _step(acc, t_a, f, G - 2, G, 1, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
-                        rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, BK, False)
-    acc, t_b, f = _step(acc, t_b, f, G - 1, G, 0, a_desc, w_desc, sc_desc, a_s, w_s, s_s, sd_s, bars, a_row, off_n, N,
-                        rs_rows, as_rows, mask_m, INT8, GROUP_AS, COL, STAGES, BK, False)
+        acc, t_a, f = _step(acc, t_a, f, g, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, EARLY, True)
+        acc, t_b, f = _step(acc, t_b, f, g + 1, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, EARLY, True)
+    acc, t_a, f = _step(acc, t_a, f, G - 2, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, EARLY, False)
+    acc, t_b, f = _step(acc, t_b, f, G - 1, G, 0, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, EARLY, False)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
+        mbarrier.invalidate(sbars.index(i))
     if not GROUP_AS:
         acc *= gl.load(as_rows, mask=mask_m, other=0.0)[:, None]
     out = out_ptr + offs_m.to(gl.int64)[:, None] * stride_om + offs_n[None, :]
@@ -203,18 +215,12 @@ def _descriptor(x: torch.Tensor, block: list[int], dtype, swizzle: bool = True) 
     return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
 
 
-def column_scales(sz: torch.Tensor) -> torch.Tensor:
-    """``sc [2 G, N]`` fp32: rows 2g, 2g + 1 = ``s[g]``, ``s[g] * d[g]`` of the ``sz`` words (the fold's column
-    factors, as the Triton loop computes them); the kernel reads it flat, one ``[BN]`` TMA tile per row and
-    N-block (a partial last block reads the next row's head: columns that are not stored)."""
-    s = group_scales(sz).float()
-    return torch.stack([s, s * (sz >> 16).float()], 1).view(-1, sz.shape[1])
-
-
-def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, sz: torch.Tensor, bounds: list[int],
+def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, sc: torch.Tensor, bounds: list[int],
          out: torch.Tensor, cfg: dict) -> torch.Tensor:
     """``out[:M]`` = the W4A8 GEMM of ``A [P, M, K]`` (int8, or e4m3 codes as uint8) and the call's 8-bit weight copy
-    ``w8 [N, K]`` (int8 / uint8 e4m3), scale / zero words ``sz [G, N]``; ``cfg``: BM, BN, STAGES, GROUP_M,
+    ``w8 [N, K]`` (int8 / uint8 e4m3) with its column factors ``sc [2 G, N]`` (both from
+    :func:`.triton.unpack_w8`; the kernel reads ``sc`` flat, one ``[BN]`` TMA tile per row and N-block: a partial last
+    block reads the next row's head, columns that are not stored); ``cfg``: BM, BN, STAGES, GROUP_M,
     num_warps."""
     P, M, K = A.shape
     N = w8.shape[0]
@@ -225,12 +231,12 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
         el, gel = torch.float8_e4m3fn, gl.float8e4nv
     a_desc = _descriptor(A.view(P * M, K).view(el), [cfg["BM"], GROUP], gel)
     w_desc = _descriptor(w8.view(el), [cfg["BN"], GROUP], gel)
-    sc_desc = _descriptor(column_scales(sz).view(-1), [cfg["BN"]], gl.float32, swizzle=False)
+    sc_desc = _descriptor(sc.view(-1), [cfg["BN"]], gl.float32, swizzle=False)
     b = list(bounds) + [N] * (4 - len(bounds))
     grid = (-(-M // cfg["BM"]) * -(-N // cfg["BN"]),)
     _w4a8_wgmma_kernel[grid](
         a_desc, w_desc, sc_desc, AS, RS, out, M, N, K, b[1], b[2], out.stride(0),
         INT8=int8, GROUP_AS=AS.dim() == 3, BM=cfg["BM"], BN=cfg["BN"], STAGES=cfg["num_stages"],
-        GROUP_M=cfg["GROUP_M"], BK=GROUP, num_warps=cfg["num_warps"],
+        GROUP_M=cfg["GROUP_M"], BK=GROUP, EARLY=cfg.get("early", True), num_warps=cfg["num_warps"],
     )
     return out
