@@ -528,6 +528,10 @@ PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), 
 #: group, TF/s incl. the per-call unpack, blockwise / deqm64): M = 2048 qkv 839 / 453, gate_up 910 / 462, down 924 /
 #: 462; M = 8192 997-1011 / 466-483; at M = 128 it wins down and gate_up, not qkv (the tuned table says per shape).
 BLOCKWISE_DEFAULT = "blockwise"
+#: The prefill default where :mod:`.blockwise` does not run but :mod:`.wgmma` does (int8 activations, int5 weights on
+#: sm_90, K a multiple of 256). H200 call 47 (kernel alone, M = 2048, TF/s): qkv e4m3 token 569 / int8 group 485,
+#: gate_up 591 / 500, where the Triton ``deq`` loop ran 403-452 incl. the unpack (call 45).
+WGMMA_DEFAULT = "wgmma"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
          "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma"}
 
@@ -748,15 +752,31 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
             raise ValueError(f"w4a8_gemm: the wgmma prefill config needs {why}")
         return wgmma.gemm(A, AS, RS.contiguous(), *unpack_w8(w, int8, scales=True), bounds, out, cfg)
 
+    prefill = PREFILL_DEFAULT
+    if resolve_band(band, M, "w4a8_gemm") == "prefill":
+        prefill = prefill_default(A.device, w.bits, int8, K)
     return launch(
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
         (A, AS, RS.contiguous(), w.wq, wh, w.sz), cfg,
         gemv=_w4a8_gemv_kernel, mma2=_mma2_kernel, decode=GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT,
-        prefill=PREFILL_DEFAULT if no_blockwise else BLOCKWISE_DEFAULT,
+        prefill=prefill,
         unpacked=lambda: unpack_w8(w, int8), blockwise=library, hopper=hopper,
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
+
+
+def prefill_default(device, bits: int, int8: bool, K: int) -> str:
+    """The prefill band's named config where the tuned table has no entry: the library's block-scaled GEMM where it
+    runs, else the Gluon Hopper kernel where it runs, else the portable Triton loop."""
+    if not blockwise.unsupported(device, bits, int8):
+        return BLOCKWISE_DEFAULT
+    if torch.device(device).type == "cuda" and not triton_interpreted():
+        from radiance_kernels.ops.w4a8_gemm import wgmma  # Gluon: imported where it can run
+
+        if not wgmma.unsupported(device, K):
+            return WGMMA_DEFAULT
+    return PREFILL_DEFAULT
 
 
 def _mma2_kernel():

@@ -23,6 +23,8 @@ NVIDIA Hopper only; the portable twin is the Triton ``predeq`` loop (:mod:`.trit
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -194,6 +196,7 @@ def _w4a8_wgmma_kernel(
     gl.store(out, acc.to(gl.bfloat16), mask=mask_m[:, None] & mask_n[None, :])
 
 
+@cache
 def unsupported(device, K: int) -> str | None:
     """Why the kernel cannot run here (None: it can): wgmma and TMA are NVIDIA sm_90's, the loop takes groups in
     pairs."""
