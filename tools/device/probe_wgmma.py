@@ -33,8 +33,7 @@ FOLD = wgmma._fold
 #: (label, named config, config overrides, kernel knobs past the config)
 VARIANTS = (("wgmma", "wgmma", {}, {}), ("wgmma late refill", "wgmma", {}, {"early": False}),
             ("wgmma nofold", "wgmma", {}, {}), ("wgmmam64", "wgmmam64", {}, {}),
-            ("wgmmam64 late refill", "wgmmam64", {}, {"early": False}), ("wgmmam64 nofold", "wgmmam64", {}, {}),
-            ("wgmmas3", "wgmmas3", {}, {}))
+            ("wgmmam64 late refill", "wgmmam64", {}, {"early": False}), ("wgmmam64 nofold", "wgmmam64", {}, {}))
 
 
 def _use_fold(fold) -> None:

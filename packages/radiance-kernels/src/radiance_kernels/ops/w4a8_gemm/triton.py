@@ -500,7 +500,8 @@ DECODE_DEFAULT = "nib8xpr"
 #: with the zero folded in (:mod:`.blockwise`; int4 e4m3 on sm_90 only, raises elsewhere; tile keys unused).
 #: "wgmma": the same predeq operand through our Gluon Hopper kernel (:mod:`.wgmma`: TMA ring of ``num_stages`` groups,
 #: two groups' asynchronous wgmmas in flight while one folds; every width and activation element; sm_90 only, K a
-#: multiple of 256); "wgmmam64": 64x128 on 4 warps (two programs per SM), "wgmmas3": three stages.
+#: multiple of 256); "wgmmam64": 64x128 on 4 warps (two programs per SM; H200 calls 48-49: the faster at M = 128
+#: and 2048 on every shape, "wgmma" at M = 8192 on gate_up / down). A three-stage "wgmmas3" won no shape (dropped).
 def _tiles(**knobs) -> dict:
     """A complete prefill config (``predeq`` always set, so a named config passed as an override never
     inherits the default's)."""
@@ -521,7 +522,6 @@ PREFILL = {
     "blockwise": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=3, blockwise=True),
     "wgmma": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=4, predeq=True, wgmma=True),
     "wgmmam64": _tiles(BM=64, BN=128, KS=128, num_warps=4, num_stages=4, predeq=True, wgmma=True),
-    "wgmmas3": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=3, predeq=True, wgmma=True),
 }
 PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), bit-identical output
 #: The prefill default where :mod:`.blockwise` runs (int4, e4m3, sm_90 with CUDA >= 12.9). H200 call 21 (int4 e4m3
@@ -529,9 +529,9 @@ PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), 
 #: 462; M = 8192 997-1011 / 466-483; at M = 128 it wins down and gate_up, not qkv (the tuned table says per shape).
 BLOCKWISE_DEFAULT = "blockwise"
 #: The prefill default where :mod:`.blockwise` does not run but :mod:`.wgmma` does (int8 activations, int5 weights on
-#: sm_90, K a multiple of 256). H200 call 47 (kernel alone, M = 2048, TF/s): qkv e4m3 token 569 / int8 group 485,
-#: gate_up 591 / 500, where the Triton ``deq`` loop ran 403-452 incl. the unpack (call 45).
-WGMMA_DEFAULT = "wgmma"
+#: sm_90, K a multiple of 256). H200 call 48 (M = 2048, TF/s incl. the per-call unpack, wgmmam64 / deq): qkv int5 e4m3
+#: group 519 / 409, int4 int8 group ZPE 476 / 430; gate_up 528 / 421 and 489 / 450 (docs/PERFORMANCE.md, session 7).
+WGMMA_DEFAULT = "wgmmam64"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
          "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma"}
 
