@@ -1,12 +1,11 @@
 """H200 probe (session 7): what limits the Gluon Hopper prefill kernel (:mod:`radiance_kernels.ops.w4a8_gemm.wgmma`)?
 
 Times the kernel alone (its per-call operands — the 8-bit weight copy and the column factors — built once, outside
-the timing) at M = 2048 on the qkv and gate_up shapes, e4m3 per-token and int8 per-group activations, against
-ablations that swap one of its jit helpers for a trivial one before compiling (the kernel resolves them by name):
-``nofold`` (each group's sums added to the accumulator unscaled: no per-element fold) — and, in the same run, the
-library's per-tensor fp8 GEMM on the same M, N, K (the prefill bar's ceiling) and its 1x128 block-scaled GEMM on the
-same 8-bit operand. If ``nofold`` is no faster, the fold does not limit the kernel; the tiles' feed does.
-``python tools/device/probe_wgmma.py OUT.json`` (GPU, PYTHONPATH as h200_run.sh sets it)."""
+the timing) at M = 2048 on the qkv and gate_up shapes, e4m3 per-token and int8 per-group activations, for both tile
+configs and ``nofold`` (each group's sums added to the accumulator unscaled — its ``_fold``
+helper swapped for a trivial one before compiling: the MMA / TMA pipeline alone). In the same run: the library's
+per-tensor fp8 GEMM on the same M, N, K (the prefill bar's ceiling) and its 1x128 block-scaled GEMM on the same
+8-bit operand. ``python tools/device/probe_wgmma.py OUT.json`` (GPU, PYTHONPATH as h200_run.sh sets it)."""
 
 import json
 import os
@@ -30,10 +29,10 @@ def _fold_nofold(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL):
 
 
 FOLD = wgmma._fold
-#: (label, named config, config overrides, kernel knobs past the config)
-VARIANTS = (("wgmma", "wgmma", {}, {}), ("wgmma late refill", "wgmma", {}, {"early": False}),
-            ("wgmma nofold", "wgmma", {}, {}), ("wgmmam64", "wgmmam64", {}, {}),
-            ("wgmmam64 late refill", "wgmmam64", {}, {"early": False}), ("wgmmam64 nofold", "wgmmam64", {}, {}))
+#: (label, named config, config overrides); session 7's call 47 also timed a "late refill" variant (the operand
+#: tiles refilled after the fold: 5-7 % slower; the knob is gone, see git log of results/h200/2026-11-30-call47)
+VARIANTS = (("wgmma", "wgmma", {}), ("wgmma nofold", "wgmma", {}), ("wgmmam64", "wgmmam64", {}),
+            ("wgmmam64 nofold", "wgmmam64", {}))
 
 
 def _use_fold(fold) -> None:
@@ -62,8 +61,8 @@ def main(path: str) -> None:
             RS = torch.rand(1, M, K // 128, device="cuda")
             w8, sc = impl.unpack_w8(w, int8, scales=True)
             o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-            for variant, base, over, extra in VARIANTS:
-                cfg = impl.config(M, N, K, "prefill", False, {**impl.PREFILL[base], **over}) | extra
+            for variant, base, over in VARIANTS:
+                cfg = impl.config(M, N, K, "prefill", False, {**impl.PREFILL[base], **over})
                 _use_fold(_fold_nofold if variant.endswith("nofold") else FOLD)
                 fn = partial(wgmma.gemm, A, AS, RS, w8, sc, [0, N], o, cfg)
                 fn()

@@ -275,7 +275,7 @@ for int8, grouped, BM, nw in ((True, True, 128, 8), (False, False, 64, 4)):
     el, gel = ("i8", gl.int8) if int8 else ("fp8e4nv", gl.float8e4nv)
     lay = lambda rows: gl.NVMMASharedLayout.get_default_for([rows, 128], gel)
     lsc = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
-    ce = dict(INT8=int8, GROUP_AS=grouped, BM=BM, BN=128, STAGES=4, GROUP_M=8, BK=128, EARLY=True)
+    ce = dict(INT8=int8, GROUP_AS=grouped, BM=BM, BN=128, STAGES=4, GROUP_M=8, BK=128)
     types = {"a_desc": f"tensordesc<{el}[{BM}, 128],{lay(BM)!r}>", "w_desc": f"tensordesc<{el}[128, 128],{lay(128)!r}>",
              "sc_desc": f"tensordesc<fp32[128],{lsc!r}>", "as_ptr": "*fp32", "rs_ptr": "*fp32", "out_ptr": "*bf16"}
     sig = {n: "constexpr" if n in ce else types.get(n, "i32") for n in kernel.arg_names}
