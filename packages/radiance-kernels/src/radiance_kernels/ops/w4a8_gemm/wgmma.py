@@ -4,16 +4,14 @@
 Operands: the call's 8-bit weight copy ``w8 [N, K]`` (:func:`.triton.unpack_w8`: ``c = q - 2^(b-1)``, int8 or e4m3,
 exact) and the activation codes ``A [P, M, K]``, both K-contiguous, brought by TMA into a ``STAGES``-deep ring of
 shared-memory tiles ``[BM, 128]`` / ``[BN, 128]`` (one 128-group per stage); the same launch of the unpack writes
-the column factors ``sc`` (``s``, ``s d`` per group), whose ``s`` rows ride a second ring of ``[BN]`` tiles. Per
-group ``g`` one asynchronous ``warpgroup_mma`` from shared memory gives the exact group sum (int32 for int8, fp32
-for e4m3 — per-group promotion, as the library's block-scaled GEMM)::
+the fold's column factors ``sc`` (``s``, ``s d`` per group), which ride a second ring of ``[BN]`` tiles. Per group
+``g`` one asynchronous ``warpgroup_mma`` from shared memory gives the exact group sum (int32 for int8, fp32 for e4m3
+— per-group promotion, as the library's block-scaled GEMM)::
 
     t[m, n] = sum_{k in g} a[m, k] * c[k, n]
-    acc[m, n] += as(m, g) * s[g, n] * t                                   (per group, in the loop)
-    acc[m, n] -= sum_g as(m, g) RS[m, g] * s[g, n] d[g, n]                 (once, after it; d = z - 2^(b-1))
+    acc[m, n] += as(m, g) * (s[g, n] * t - s[g, n] * d[g, n] * RS[m, g])      (d = z - 2^(b-1): sz's high half)
 
-— the reference's math in its zero-point-epilogue form for either ``zpe`` (the flag is not read): the rank-G term
-runs on tf32 wgmmas into the accumulator, split 3xTF32 (fp32-accurate), 32 groups per step. Two groups'
+— the reference's math in the Triton loop's in-loop form (``zpe`` gives the same sums; it is not read). Two groups'
 MMAs are in flight while a third folds (registers: two ``[BM, BN]`` group sums and the accumulator, 64 each per
 thread at 128 x 128 — the register file is what caps the tile); the folded group's operand stage is refilled
 before its fold (which reads only its scales), and each group's row inputs are loaded a group ahead. int8 sums reach
@@ -31,13 +29,7 @@ from functools import cache
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from radiance_kernels.backends import triton_interpreted
@@ -54,69 +46,22 @@ def _instr_n(BN, INT8):
 
 
 @gluon.jit
-def _row_scales(as_rows, mask_m, g, GROUP_AS: gl.constexpr):
-    """Group g's activation scales (GROUP_AS; per-token scales apply after the loop: ones)."""
+def _row_loads(rs_rows, as_rows, mask_m, g, GROUP_AS: gl.constexpr):
+    """Group g's row inputs: the activations' row sums and (GROUP_AS) scales."""
+    rs = gl.load(rs_rows + g, mask=mask_m, other=0.0)
     if GROUP_AS:
         ag = gl.load(as_rows + g, mask=mask_m, other=0.0)
     else:
-        ag = gl.where(mask_m, 1.0, 1.0)
-    return ag
+        ag = rs
+    return rs, ag
 
 
 @gluon.jit
-def _split_tf32(x):
-    """``x = hi + lo``, ``hi`` rounded to tf32 (low 13 mantissa bits clear), ``lo`` the exact fp32 rest: a product
-    of two such splits as hi*hi + hi*lo + lo*hi on tf32 MMAs is fp32-accurate (3xTF32)."""
-    hi = ((x.to(gl.int32, bitcast=True) + 0x1000) & -8192).to(gl.float32, bitcast=True)
-    return hi, x - hi
-
-
-@gluon.jit
-def _zero_term(acc, rs_ptr, as_ptr, sc_ptr, row0, off_m, off_n, M, N, G, BM: gl.constexpr, BN: gl.constexpr,
-               GROUP_AS: gl.constexpr, MMA: gl.constexpr):
-    """``acc - sum_g ra[m, g] * sd[g, n]`` with ``ra = (as) RS``, ``sd = s d`` (rows 2g + 1 of ``sc``): the zero
-    point's rank-G term, once per tile on tf32 wgmmas accumulating into ``acc`` (3xTF32, 32 groups per step) instead
-    of one FMA per element and group in the loop. ``row0``: the tile's first row of ``RS`` / ``AS`` (partition and M
-    offset)."""
-    NW: gl.constexpr = gl.num_warps()
-    KC: gl.constexpr = 32
-    ZL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BN, 8])
-    AL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=ZL, k_width=1)
-    BL: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [NW, 1], [1, 0])
-    SL: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, KC], gl.float32)
-    b_hi = gl.allocate_shared_memory(gl.float32, [BN, KC], SL)
-    b_lo = gl.allocate_shared_memory(gl.float32, [BN, KC], SL)
-    ma = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, AL))
-    ra_rows = (row0 + ma).to(gl.int64) * G
-    nb = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, BL))
-    z = gl.convert_layout(acc, ZL, assert_trivial=True)  # the accumulator itself: no second [BM, BN] live
-    for c in range(0, G, KC):
-        ka = c + gl.arange(0, KC, layout=gl.SliceLayout(0, AL))
-        mask_a = (ma < M)[:, None] & (ka < G)[None, :]
-        ra = gl.load(rs_ptr + ra_rows[:, None] + ka[None, :], mask=mask_a, other=0.0)
-        if GROUP_AS:
-            ra *= gl.load(as_ptr + ra_rows[:, None] + ka[None, :], mask=mask_a, other=0.0)
-        a_hi, a_lo = _split_tf32(-ra)
-        kb = c + gl.arange(0, KC, layout=gl.SliceLayout(1, BL))
-        sd = gl.load(sc_ptr + (2 * kb + 1).to(gl.int64)[:, None] * N + nb[None, :],
-                     mask=(kb < G)[:, None] & (nb < N)[None, :], other=0.0)
-        s_hi, s_lo = _split_tf32(sd)
-        _barrier()  # the previous step's MMAs (each warpgroup waited for its own) are done with b_hi / b_lo
-        b_hi.permute((1, 0)).store(s_hi)
-        b_lo.permute((1, 0)).store(s_lo)
-        fence_async_shared()
-        _barrier()
-        z = warpgroup_mma(a_hi, b_hi.permute((1, 0)), z)  # fp32 operands: tf32 (the default precision)
-        z = warpgroup_mma(a_hi, b_lo.permute((1, 0)), z)  # fp32 operands: tf32 (the default precision)
-        z = warpgroup_mma(a_lo, b_hi.permute((1, 0)), z)  # fp32 operands: tf32 (the default precision)
-    return gl.convert_layout(z, MMA, assert_trivial=True)
-
-
-@gluon.jit
-def _scales_to_shared(sc_desc, s_s, sbars, st, g, off_n, N, pred):
-    """TMA group g's weight scales (row 2g of ``sc``, flat) into stage ``st`` of their own ring."""
-    mbarrier.expect(sbars.index(st), sc_desc.block_type.nbytes, pred=pred)
+def _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g, off_n, N, pred):
+    """TMA group g's column factors (rows 2g, 2g + 1 of ``sc``, flat) into stage ``st`` of their own ring."""
+    mbarrier.expect(sbars.index(st), 2 * sc_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(sc_desc, [2 * g * N + off_n], sbars.index(st), s_s.index(st), pred=pred)
+    tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], sbars.index(st), sd_s.index(st), pred=pred)
 
 
 @gluon.jit
@@ -128,15 +73,19 @@ def _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, st, g, a_row, off_n, BK:
 
 
 @gluon.jit
-def _fold(acc, t, s_sh, ag, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr):
-    """``acc + as s t`` for one group's sums ``t`` (int32 sums to fp32 by the exponent trick), its weight scales
-    ``s`` in shared memory and (GROUP_AS) its activation scales ``ag``."""
+def _fold(acc, t, s_sh, sd_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr):
+    """``acc + as * (s t - s d RS)`` for one group's sums ``t`` (int32 sums to fp32 by the exponent trick), its
+    column factors ``s``, ``s d`` in shared memory and its row inputs."""
     if INT8:
         t = (t + _MAGIC).to(gl.float32, bitcast=True) - 12582912.0
     s = s_sh.load(COL)
+    sd = sd_sh.load(COL)
+    rs, ag = rows
     if GROUP_AS:
+        acc -= sd[None, :] * (ag * rs)[:, None]
         acc += (ag[:, None] * s[None, :]) * t
     else:
+        acc -= sd[None, :] * rs[:, None]
         acc += s[None, :] * t
     return acc
 
@@ -150,20 +99,20 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.co
     three TMA descriptors; ``ring``: the stages' tiles and barriers; ``tile``: the program's activation row, column,
     N and row-input pointers / mask."""
     a_desc, w_desc, sc_desc = descs
-    a_s, w_s, s_s, bars, sbars = ring
-    a_row, off_n, N, as_rows, mask_m = tile
+    a_s, w_s, s_s, sd_s, bars, sbars = ring
+    a_row, off_n, N, rs_rows, as_rows, mask_m = tile
     st = g % STAGES
     tw = warpgroup_mma_wait(num_outstanding=PENDING, deps=(t,))
-    fn = _row_scales(as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS)
+    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS)
     refill = g + STAGES < G
     if ISSUE:
         _barrier()  # every warpgroup's MMA of group g is done: its operand tiles can go
         _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, st, g + STAGES, a_row, off_n, BK, refill)
     mbarrier.wait(sbars.index(st), (g // STAGES) & 1)
-    acc = _fold(acc, tw, s_s.index(st), f, INT8, GROUP_AS, COL)
+    acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL)
     if ISSUE:
         _barrier()  # every warp is done with group g's scales
-        _scales_to_shared(sc_desc, s_s, sbars, st, g + STAGES, off_n, N, refill)
+        _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g + STAGES, off_n, N, refill)
         nx = (g + 2) % STAGES
         mbarrier.wait(bars.index(nx), ((g + 2) // STAGES) & 1)
         t = warpgroup_mma(a_s.index(nx), w_s.index(nx).permute((1, 0)), tw, use_acc=False, is_async=True)
@@ -174,7 +123,7 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.co
 
 @gluon.jit
 def _w4a8_wgmma_kernel(
-    a_desc, w_desc, sc_desc, as_ptr, rs_ptr, sc_ptr, out_ptr, M, N, K, b1, b2, stride_om,
+    a_desc, w_desc, sc_desc, as_ptr, rs_ptr, out_ptr, M, N, K, b1, b2, stride_om,
     INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
     GROUP_M: gl.constexpr, BK: gl.constexpr,
 ):
@@ -200,6 +149,7 @@ def _w4a8_wgmma_kernel(
     a_s = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, BK], a_desc.layout)
     w_s = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
     s_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
+    sd_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     sbars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -207,13 +157,14 @@ def _w4a8_wgmma_kernel(
         mbarrier.init(sbars.index(i), count=1)
     for i in gl.static_range(STAGES):  # group i in stage i
         _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, i, i, a_row, off_n, BK, i < G)
-        _scales_to_shared(sc_desc, s_s, sbars, i, i, off_n, N, i < G)
+        _scales_to_shared(sc_desc, s_s, sd_s, sbars, i, i, off_n, N, i < G)
 
     offs_m = off_m + gl.arange(0, BM, layout=ROW)
     offs_n = off_n + gl.arange(0, BN, layout=COL)
     mask_m = offs_m < M
     mask_n = offs_n < N
     rows_pm = (part * M + offs_m).to(gl.int64)
+    rs_rows = rs_ptr + rows_pm * G
     if GROUP_AS:
         as_rows = as_ptr + rows_pm * G
     else:
@@ -222,15 +173,15 @@ def _w4a8_wgmma_kernel(
     acc = gl.zeros([BM, BN], gl.float32, MMA)
 
     descs = (a_desc, w_desc, sc_desc)
-    ring = (a_s, w_s, s_s, bars, sbars)
-    tile = (a_row, off_n, N, as_rows, mask_m)
+    ring = (a_s, w_s, s_s, sd_s, bars, sbars)
+    tile = (a_row, off_n, N, rs_rows, as_rows, mask_m)
     # two groups' MMAs in flight while one folds: group g + 2's MMA writes the registers group g's fold freed;
     # two steps per trip, so the two sums' registers keep their roles (G even)
     mbarrier.wait(bars.index(0), 0)
     t_a = warpgroup_mma(a_s.index(0), w_s.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
     mbarrier.wait(bars.index(1), 0)
     t_b = warpgroup_mma(a_s.index(1), w_s.index(1).permute((1, 0)), zero, use_acc=False, is_async=True)
-    f = _row_scales(as_rows, mask_m, 0, GROUP_AS)
+    f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS)
     for g in range(0, G - 2, 2):
         acc, t_a, f = _step(acc, t_a, f, g, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, True)
         acc, t_b, f = _step(acc, t_b, f, g + 1, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, True)
@@ -239,7 +190,6 @@ def _w4a8_wgmma_kernel(
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
         mbarrier.invalidate(sbars.index(i))
-    acc = _zero_term(acc, rs_ptr, as_ptr, sc_ptr, part * M, off_m, off_n, M, N, G, BM, BN, GROUP_AS, MMA)
     if not GROUP_AS:
         acc *= gl.load(as_rows, mask=mask_m, other=0.0)[:, None]
     out = out_ptr + offs_m.to(gl.int64)[:, None] * stride_om + offs_n[None, :]
@@ -288,7 +238,7 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
     b = list(bounds) + [N] * (4 - len(bounds))
     grid = (-(-M // cfg["BM"]) * -(-N // cfg["BN"]),)
     _w4a8_wgmma_kernel[grid](
-        a_desc, w_desc, sc_desc, AS, RS, sc, out, M, N, K, b[1], b[2], out.stride(0),
+        a_desc, w_desc, sc_desc, AS, RS, out, M, N, K, b[1], b[2], out.stride(0),
         INT8=int8, GROUP_AS=AS.dim() == 3, BM=cfg["BM"], BN=cfg["BN"], STAGES=cfg["num_stages"],
         GROUP_M=cfg["GROUP_M"], BK=GROUP, num_warps=cfg["num_warps"],
     )
