@@ -239,12 +239,10 @@ MMA2_KINDS = {(False, False): "m16n8k16.row.col.f32.f16.f16.f32", (True, False):
               (True, True): "m16n8k32.row.col.satfinite.s32.s8.s8.s32"}
 
 
-def test_mma2_compiles_for_sm90():
-    """The Gluon kernel compiles for sm_90 with this environment's Triton (no GPU needed; the H200 runs 3.6), in a
-    clean process (the interpreter's patches of the language break compilation in this one): ptxas accepts its
-    inline PTX, each operand kind issues its MMA (8-bit operands: k32, half as many), the fp16 kind converts e4m3
-    activations by the paired convert, and nothing is stored to shared memory before the epilogue's atomic (no
-    operand staging)."""
+def compiled_for_sm90(script: str) -> list[dict]:
+    """Run a compile-for-sm_90 ``script`` in a clean process (the interpreter's patches of the language break
+    compilation in this one; no GPU needed) and return the JSON list it prints last; skips without a bundled
+    ptxas."""
     import json
     import os
     import subprocess
@@ -255,9 +253,17 @@ def test_mma2_compiles_for_sm90():
     if not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
         pytest.skip("this Triton has no bundled ptxas")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", MMA2_SM90], env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    for r in json.loads(run.stdout.splitlines()[-1]):
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_mma2_compiles_for_sm90():
+    """The Gluon kernel compiles for sm_90 with this environment's Triton (the H200 runs 3.6): ptxas accepts its
+    inline PTX, each operand kind issues its MMA (8-bit operands: k32, half as many), the fp16 kind converts e4m3
+    activations by the paired convert, and nothing is stored to shared memory before the epilogue's atomic (no
+    operand staging)."""
+    for r in compiled_for_sm90(MMA2_SM90):
         assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
         assert r["n_mma"] >= (4 if r["k8"] else 8) and r["shared"] <= 16 and not r["st_loop"], r
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
@@ -290,22 +296,10 @@ print(json.dumps(out))
 
 
 def test_wgmma_compiles_for_sm90():
-    """The Gluon Hopper prefill kernel compiles for sm_90 with this environment's Triton (no GPU needed; the H200
-    runs 3.6), in a clean process: s8 x s8 -> s32 and e4m3 x e4m3 -> f32 wgmma from shared memory (k32, N = 128),
-    waits that keep one group's MMA in flight (1) and drain (0), TMA loads of the operand and scale tiles."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    import triton
-
-    if not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
-        pytest.skip("this Triton has no bundled ptxas")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", WGMMA_SM90], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    for r in json.loads(run.stdout.splitlines()[-1]):
+    """The Gluon Hopper prefill kernel compiles for sm_90 with this environment's Triton (the H200 runs 3.6):
+    s8 x s8 -> s32 and e4m3 x e4m3 -> f32 wgmma from shared memory (k32, N = 128), waits that keep one group's MMA in
+    flight (1) and drain (0), TMA loads of the operand and scale tiles."""
+    for r in compiled_for_sm90(WGMMA_SM90):
         kind = "m64n128k32.s32.s8.s8" if r["int8"] else "m64n128k32.f32.e4m3.e4m3"
         assert r["wgmma"] == [kind] and r["waits"] == ["0", "1"], r
         assert r["tma"] >= 4 and r["shared"] > 4 * 128 * 128, r
