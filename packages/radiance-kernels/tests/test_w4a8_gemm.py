@@ -281,7 +281,7 @@ for int8, grouped, BM, nw in ((True, True, 128, 8), (False, False, 64, 4)):
     el, gel = ("i8", gl.int8) if int8 else ("fp8e4nv", gl.float8e4nv)
     lay = lambda rows: gl.NVMMASharedLayout.get_default_for([rows, 128], gel)
     lsc = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
-    ce = dict(INT8=int8, GROUP_AS=grouped, BM=BM, BN=128, STAGES=4, GROUP_M=8, BK=128)
+    ce = dict(INT8=int8, GROUP_AS=grouped, BM=BM, BN=128, STAGES=4, GROUP_M=8, BK=128, ZFOLD=int8)
     types = {"a_desc": f"tensordesc<{el}[{BM}, 128],{lay(BM)!r}>", "w_desc": f"tensordesc<{el}[128, 128],{lay(128)!r}>",
              "sc_desc": f"tensordesc<fp32[128],{lsc!r}>", "as_ptr": "*fp32", "rs_ptr": "*fp32", "out_ptr": "*bf16"}
     sig = {n: "constexpr" if n in ce else types.get(n, "i32") for n in kernel.arg_names}
@@ -395,15 +395,18 @@ def test_unpack_w8_bit_exact(bits, int8, device):
     assert torch.equal(impl.unpack_w8(w, int8).cpu(), got.cpu())
 
 
-def test_unpack_w8_zfold_bit_exact(device):
-    """blockwise's operand: ``w8 = e4m3(q - z)`` (the zero folded in, exact for int4), zero-point extremes."""
+@pytest.mark.parametrize("bits,int8", [(4, False), (4, True), (5, True)])
+def test_unpack_w8_zfold_bit_exact(bits, int8, device):
+    """The operand with the zero folded in, ``w8 = q - z``, where it is exact: e4m3 for int4 (blockwise's and the
+    wgmma kernel's), int8 for both widths (the wgmma kernel's); zero-point extremes."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    codes, zeros, scales = weights(256, 96, 4, zkind="extremes", device=device)
-    w = prepare_codes(codes, zeros, scales, 4)
+    codes, zeros, scales = weights(256, 96, bits, zkind="extremes", device=device)
+    w = prepare_codes(codes, zeros, scales, bits)
     q, z, _ = unprepare(w)
-    want = e4m3.encode((q - z.repeat_interleave(128, 0)).double())
-    assert torch.equal(impl.unpack_w8(w, False, zfold=True).cpu(), want.T.cpu())
+    c = q - z.repeat_interleave(128, 0)
+    want = c.to(torch.int8) if int8 else e4m3.encode(c.double())
+    assert torch.equal(impl.unpack_w8(w, int8, zfold=True).cpu(), want.T.cpu())
 
 
 def emulated_scaled_mm(a, b, scale_a, scale_b, out_dtype, out=None):
@@ -685,8 +688,9 @@ def test_blockwise_full_shapes(proj, M, grouped):
                                                   (5, "e4m3", False, 70, 512), (5, "int8", False, 200, 1024),
                                                   (4, "e4m3", False, 129, 1280), (4, "int8", False, 64, 256)])
 def test_wgmma_configs(name, bits, elem, grouped, M, K):
-    """The Gluon Hopper prefill kernel == reference: both widths and elements, token / group scales, P = 2 with a
-    ragged last N-block, G = 2 (no steady-state trip) to 10, M off and on the tile; rows past M untouched."""
+    """The Gluon Hopper prefill kernel == reference: both widths and elements (the zero inside the operand for int8
+    and int4, the row-sum term for int5 e4m3), token / group scales, P = 2 with a ragged last N-block, G = 2 (no
+    steady-state trip) to 10, M off and on the tile; rows past M untouched."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, N, bounds = 2, 400, [0, 256, 400]
@@ -716,11 +720,11 @@ def test_wgmma_refuses_where_it_cannot_run(device):
 @pytest.mark.skipif(not (FULL_SHAPES and SM90), reason="RADIANCE_FULL_SHAPES=1 on an sm_90 machine")
 @pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
 def test_wgmma_full_shapes(proj):
-    """The Gluon Hopper prefill kernel at the 27B shapes: int4 e4m3 per-group and int5 int8 per-token (M = 2048),
-    int4 int8 per-group with M off the tile (M = 300)."""
+    """The Gluon Hopper prefill kernel at the 27B shapes: int5 e4m3 per-group (the row-sum term) and int5 int8
+    per-token (the zero inside the operand) at M = 2048, int4 int8 per-group with M off the tile (M = 300)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    for M, bits, elem, grouped in ((2048, 4, "e4m3", True), (2048, 5, "int8", False), (300, 4, "int8", True)):
+    for M, bits, elem, grouped in ((2048, 5, "e4m3", True), (2048, 5, "int8", False), (300, 4, "int8", True)):
         w = prepare_codes(*weights(proj.K, proj.N, bits, seed=proj.N + bits, device="cuda"), bits)
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         ref = call(A, AS, RS, w, list(proj.bounds), False, "prefill", "reference")

@@ -750,7 +750,9 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
         why = wgmma.unsupported(A.device, K)
         if why:
             raise ValueError(f"w4a8_gemm: the wgmma prefill config needs {why}")
-        return wgmma.gemm(A, AS, RS.contiguous(), *unpack_w8(w, int8, scales=True), bounds, out, cfg)
+        zfold = wgmma.zfold(w.bits, int8)
+        w8, sc = unpack_w8(w, int8, zfold=zfold, scales=True)
+        return wgmma.gemm(A, AS, RS.contiguous(), w8, sc, bounds, out, cfg, zfold)
 
     prefill = PREFILL_DEFAULT
     if resolve_band(band, M, "w4a8_gemm") == "prefill":

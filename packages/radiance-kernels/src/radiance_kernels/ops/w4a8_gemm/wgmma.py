@@ -11,7 +11,9 @@ the fold's column factors ``sc`` (``s``, ``s d`` per group), which ride a second
     t[m, n] = sum_{k in g} a[m, k] * c[k, n]
     acc[m, n] += as(m, g) * (s[g, n] * t - s[g, n] * d[g, n] * RS[m, g])      (d = z - 2^(b-1): sz's high half)
 
-— the reference's math in the Triton loop's in-loop form (``zpe`` gives the same sums; it is not read). Two groups'
+— the reference's math in the Triton loop's in-loop form (``zpe`` gives the same sums; it is not read). Where the
+8-bit operand holds ``q - z`` exactly (:func:`zfold`: int8 activations, or int4 weights) the unpack folds the zero
+in and the row-sum term drops out (one FMA less per element and group). Two groups'
 MMAs are in flight while a third folds (registers: two ``[BM, BN]`` group sums and the accumulator, 64 each per
 thread at 128 x 128 — the register file is what caps the tile); the folded group's operand stage is refilled
 before its fold (which reads only its scales), and each group's row inputs are loaded a group ahead. int8 sums reach
@@ -46,9 +48,12 @@ def _instr_n(BN, INT8):
 
 
 @gluon.jit
-def _row_loads(rs_rows, as_rows, mask_m, g, GROUP_AS: gl.constexpr):
-    """Group g's row inputs: the activations' row sums and (GROUP_AS) scales."""
-    rs = gl.load(rs_rows + g, mask=mask_m, other=0.0)
+def _row_loads(rs_rows, as_rows, mask_m, g, GROUP_AS: gl.constexpr, ZFOLD: gl.constexpr):
+    """Group g's row inputs: the activations' row sums (not with ZFOLD) and (GROUP_AS) scales."""
+    if ZFOLD:
+        rs = gl.where(mask_m, 0.0, 0.0)
+    else:
+        rs = gl.load(rs_rows + g, mask=mask_m, other=0.0)
     if GROUP_AS:
         ag = gl.load(as_rows + g, mask=mask_m, other=0.0)
     else:
@@ -57,11 +62,14 @@ def _row_loads(rs_rows, as_rows, mask_m, g, GROUP_AS: gl.constexpr):
 
 
 @gluon.jit
-def _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g, off_n, N, pred):
-    """TMA group g's column factors (rows 2g, 2g + 1 of ``sc``, flat) into stage ``st`` of their own ring."""
-    mbarrier.expect(sbars.index(st), 2 * sc_desc.block_type.nbytes, pred=pred)
+def _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g, off_n, N, pred, ZFOLD: gl.constexpr):
+    """TMA group g's column factors (rows 2g, 2g + 1 of ``sc``, flat; ZFOLD: row 2g only) into stage ``st`` of their
+    own ring."""
+    mbarrier.expect(sbars.index(st), (1 if ZFOLD else 2) * sc_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(sc_desc, [2 * g * N + off_n], sbars.index(st), s_s.index(st), pred=pred)
-    tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], sbars.index(st), sd_s.index(st), pred=pred)
+    if not ZFOLD:
+        tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], sbars.index(st), sd_s.index(st),
+                                        pred=pred)
 
 
 @gluon.jit
@@ -73,26 +81,31 @@ def _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, st, g, a_row, off_n, BK:
 
 
 @gluon.jit
-def _fold(acc, t, s_sh, sd_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr):
+def _fold(acc, t, s_sh, sd_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr,
+          ZFOLD: gl.constexpr):
     """``acc + as * (s t - s d RS)`` for one group's sums ``t`` (int32 sums to fp32 by the exponent trick), its
-    column factors ``s``, ``s d`` in shared memory and its row inputs."""
+    column factors ``s``, ``s d`` in shared memory and its row inputs; ZFOLD (the zero inside the operand, ``t`` the
+    sums of ``a (q - z)``): ``acc + as * s t``."""
     if INT8:
         t = (t + _MAGIC).to(gl.float32, bitcast=True) - 12582912.0
     s = s_sh.load(COL)
-    sd = sd_sh.load(COL)
     rs, ag = rows
+    if not ZFOLD:
+        sd = sd_sh.load(COL)
+        if GROUP_AS:
+            acc -= sd[None, :] * (ag * rs)[:, None]
+        else:
+            acc -= sd[None, :] * rs[:, None]
     if GROUP_AS:
-        acc -= sd[None, :] * (ag * rs)[:, None]
         acc += (ag[:, None] * s[None, :]) * t
     else:
-        acc -= sd[None, :] * rs[:, None]
         acc += s[None, :] * t
     return acc
 
 
 @gluon.jit
 def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.constexpr, GROUP_AS: gl.constexpr,
-          COL: gl.constexpr, STAGES: gl.constexpr, BK: gl.constexpr, ISSUE: gl.constexpr):
+          COL: gl.constexpr, STAGES: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr, ISSUE: gl.constexpr):
     """Fold group g (its MMA ``t``; PENDING: MMAs issued after it), refill its stage with group g + STAGES (the
     operand tiles before the fold, which reads only the scales: 5-7 % faster than after, H200 call 47) and (ISSUE)
     start group g + 2's MMA in ``t``'s registers: (acc, the new ``t``, group g + 1's row inputs). ``descs``: the
@@ -103,16 +116,16 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.co
     a_row, off_n, N, rs_rows, as_rows, mask_m = tile
     st = g % STAGES
     tw = warpgroup_mma_wait(num_outstanding=PENDING, deps=(t,))
-    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS)
+    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
     refill = g + STAGES < G
     if ISSUE:
         _barrier()  # every warpgroup's MMA of group g is done: its operand tiles can go
         _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, st, g + STAGES, a_row, off_n, BK, refill)
     mbarrier.wait(sbars.index(st), (g // STAGES) & 1)
-    acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL)
+    acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
     if ISSUE:
         _barrier()  # every warp is done with group g's scales
-        _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g + STAGES, off_n, N, refill)
+        _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g + STAGES, off_n, N, refill, ZFOLD)
         nx = (g + 2) % STAGES
         mbarrier.wait(bars.index(nx), ((g + 2) // STAGES) & 1)
         t = warpgroup_mma(a_s.index(nx), w_s.index(nx).permute((1, 0)), tw, use_acc=False, is_async=True)
@@ -125,7 +138,7 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.co
 def _w4a8_wgmma_kernel(
     a_desc, w_desc, sc_desc, as_ptr, rs_ptr, out_ptr, M, N, K, b1, b2, stride_om,
     INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-    GROUP_M: gl.constexpr, BK: gl.constexpr,
+    GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr,
 ):
     NW: gl.constexpr = gl.num_warps()
     gl.static_assert(BM == 16 * NW, "one 16-row slice per warp: BM = 16 x num_warps")
@@ -157,7 +170,7 @@ def _w4a8_wgmma_kernel(
         mbarrier.init(sbars.index(i), count=1)
     for i in gl.static_range(STAGES):  # group i in stage i
         _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, i, i, a_row, off_n, BK, i < G)
-        _scales_to_shared(sc_desc, s_s, sd_s, sbars, i, i, off_n, N, i < G)
+        _scales_to_shared(sc_desc, s_s, sd_s, sbars, i, i, off_n, N, i < G, ZFOLD)
 
     offs_m = off_m + gl.arange(0, BM, layout=ROW)
     offs_n = off_n + gl.arange(0, BN, layout=COL)
@@ -181,12 +194,12 @@ def _w4a8_wgmma_kernel(
     t_a = warpgroup_mma(a_s.index(0), w_s.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
     mbarrier.wait(bars.index(1), 0)
     t_b = warpgroup_mma(a_s.index(1), w_s.index(1).permute((1, 0)), zero, use_acc=False, is_async=True)
-    f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS)
+    f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS, ZFOLD)
     for g in range(0, G - 2, 2):
-        acc, t_a, f = _step(acc, t_a, f, g, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, True)
-        acc, t_b, f = _step(acc, t_b, f, g + 1, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, True)
-    acc, t_a, f = _step(acc, t_a, f, G - 2, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, False)
-    acc, t_b, f = _step(acc, t_b, f, G - 1, G, 0, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, False)
+        acc, t_a, f = _step(acc, t_a, f, g, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, ZFOLD, True)
+        acc, t_b, f = _step(acc, t_b, f, g + 1, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, ZFOLD, True)
+    acc, t_a, f = _step(acc, t_a, f, G - 2, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, ZFOLD, False)
+    acc, t_b, f = _step(acc, t_b, f, G - 1, G, 0, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, ZFOLD, False)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
         mbarrier.invalidate(sbars.index(i))
@@ -218,13 +231,19 @@ def _descriptor(x: torch.Tensor, block: list[int], dtype, swizzle: bool = True) 
     return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
 
 
+def zfold(bits: int, int8: bool) -> bool:
+    """Whether the weight operand carries the zero point (``q - z``) exactly: as int8 always (``|q - z| <= 31``), as
+    e4m3 for int4 (``<= 15``); then the fold has no row-sum term."""
+    return int8 or bits == 4
+
+
 def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, sc: torch.Tensor, bounds: list[int],
-         out: torch.Tensor, cfg: dict) -> torch.Tensor:
+         out: torch.Tensor, cfg: dict, zfold: bool) -> torch.Tensor:
     """``out[:M]`` = the W4A8 GEMM of ``A [P, M, K]`` (int8, or e4m3 codes as uint8) and the call's 8-bit weight copy
-    ``w8 [N, K]`` (int8 / uint8 e4m3) with its column factors ``sc [2 G, N]`` (both from
-    :func:`.triton.unpack_w8`; the kernel reads ``sc`` flat, one ``[BN]`` TMA tile per row and N-block: a partial last
-    block reads the next row's head, columns that are not stored); ``cfg``: BM, BN, STAGES, GROUP_M,
-    num_warps."""
+    ``w8 [N, K]`` (int8 / uint8 e4m3; ``zfold``: ``q - z``, else ``q - 2^(b-1)``) with its column factors
+    ``sc [2 G, N]`` (both from :func:`.triton.unpack_w8`; the kernel reads ``sc`` flat, one ``[BN]`` TMA tile per row
+    and N-block: a partial last block reads the next row's head, columns that are not stored); ``cfg``: BM, BN,
+    STAGES, GROUP_M, num_warps."""
     P, M, K = A.shape
     N = w8.shape[0]
     int8 = A.dtype == torch.int8
@@ -240,6 +259,6 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
     _w4a8_wgmma_kernel[grid](
         a_desc, w_desc, sc_desc, AS, RS, out, M, N, K, b[1], b[2], out.stride(0),
         INT8=int8, GROUP_AS=AS.dim() == 3, BM=cfg["BM"], BN=cfg["BN"], STAGES=cfg["num_stages"],
-        GROUP_M=cfg["GROUP_M"], BK=GROUP, num_warps=cfg["num_warps"],
+        GROUP_M=cfg["GROUP_M"], BK=GROUP, ZFOLD=zfold, num_warps=cfg["num_warps"],
     )
     return out
