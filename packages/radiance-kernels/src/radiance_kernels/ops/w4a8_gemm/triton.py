@@ -529,8 +529,8 @@ PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), 
 #: 462; M = 8192 997-1011 / 466-483; at M = 128 it wins down and gate_up, not qkv (the tuned table says per shape).
 BLOCKWISE_DEFAULT = "blockwise"
 #: The prefill default where :mod:`.blockwise` does not run but :mod:`.wgmma` does (int8 activations, int5 weights on
-#: sm_90, K a multiple of 256). H200 call 48 (M = 2048, TF/s incl. the per-call unpack, wgmmam64 / deq): qkv int5 e4m3
-#: group 519 / 409, int4 int8 group ZPE 476 / 430; gate_up 528 / 421 and 489 / 450 (docs/PERFORMANCE.md, session 7).
+#: sm_90, K a multiple of 256). H200 call 53 (M = 2048, TF/s incl. the per-call unpack, wgmmam64 / deq): int4 int8
+#: group ZPE qkv 577 / 422, gate_up 597 / 443; int5 e4m3 group (call 48) qkv 519 / 409 (docs/PERFORMANCE.md).
 WGMMA_DEFAULT = "wgmmam64"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
          "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma"}
