@@ -22,7 +22,7 @@ from radiance_kernels.ops.w4a8_gemm.reference import prepare_codes
 
 
 @gluon.jit
-def _fold_nofold(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL):
+def _fold_nofold(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
     if INT8:
         t = t.to(wgmma.gl.float32, bitcast=True)
     return acc + t
@@ -59,12 +59,13 @@ def main(path: str) -> None:
                  torch.randint(0, 0x7E, (1, M, K), device="cuda", dtype=torch.uint8))
             AS = torch.rand(1, M, K // 128, device="cuda") if int8 else torch.rand(1, M, device="cuda")
             RS = torch.rand(1, M, K // 128, device="cuda")
-            w8, sc = impl.unpack_w8(w, int8, scales=True)
+            zfold = wgmma.zfold(4, int8)
+            w8, sc = impl.unpack_w8(w, int8, zfold=zfold, scales=True)
             o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
             for variant, base, over in VARIANTS:
                 cfg = impl.config(M, N, K, "prefill", False, {**impl.PREFILL[base], **over})
                 _use_fold(_fold_nofold if variant.endswith("nofold") else FOLD)
-                fn = partial(wgmma.gemm, A, AS, RS, w8, sc, [0, N], o, cfg)
+                fn = partial(wgmma.gemm, A, AS, RS, w8, sc, [0, N], o, cfg, zfold)
                 fn()
                 torch.cuda.synchronize()
                 t = graph_time([fn], reps=10)
