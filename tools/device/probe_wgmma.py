@@ -59,7 +59,7 @@ def main(path: str) -> None:
                  torch.randint(0, 0x7E, (1, M, K), device="cuda", dtype=torch.uint8))
             AS = torch.rand(1, M, K // 128, device="cuda") if int8 else torch.rand(1, M, device="cuda")
             RS = torch.rand(1, M, K // 128, device="cuda")
-            zfold = wgmma.zfold(4, int8)
+            zfold = wgmma.zero_folds(4, int8)
             w8, sc = impl.unpack_w8(w, int8, zfold=zfold, scales=True)
             o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
             for variant, base, over in VARIANTS:

@@ -717,6 +717,38 @@ def test_wgmma_refuses_where_it_cannot_run(device):
         impl.config(300, 256, 256, "prefill", True, {**impl.PREFILL["wgmma"], "predeq": False})
 
 
+@pytest.mark.parametrize("bits,elem,grouped", [(4, "int8", True), (5, "e4m3", False), (4, "e4m3", True)])
+def test_wgmma_host_plumbing(bits, elem, grouped, monkeypatch):
+    """The host side of the wgmma config on CPU, the kernel stubbed: the zero goes into the operand exactly where it is
+    exact (int8, int4), the descriptors' tiles and element types, the grid and the kernel's constexprs."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+    from radiance_kernels.ops.w4a8_gemm import wgmma
+
+    launched = {}
+
+    class Stub:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launched.update(grid=grid, args=args, kw=kw)
+
+    monkeypatch.setattr(wgmma, "_w4a8_wgmma_kernel", Stub())
+    monkeypatch.setattr(wgmma, "unsupported", lambda *a: None)
+    P, M, K, N, bounds = 2, 70, 512, 384, [0, 256, 384]
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=3)
+    w = prepare_codes(*weights(K, N, bits), bits)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    impl.gemm(A, AS, RS, w, bounds, False, "prefill", out=out, cfg=impl.PREFILL["wgmmam64"])
+    a_desc, w_desc, sc_desc = launched["args"][:3]
+    zfold = elem == "int8" or bits == 4
+    assert launched["kw"]["ZFOLD"] == zfold == wgmma.zero_folds(bits, elem == "int8")
+    assert launched["kw"]["INT8"] == (elem == "int8") and launched["kw"]["GROUP_AS"] == grouped
+    assert launched["grid"] == (-(-M // 64) * (N // 128),) and launched["kw"]["BM"] == 64
+    assert a_desc.block_shape == [64, 128] and a_desc.shape == [P * M, K]
+    assert w_desc.block_shape == [128, 128] and w_desc.shape == [N, K] and sc_desc.block_shape == [128]
+    assert a_desc.base.dtype == w_desc.base.dtype == (torch.int8 if elem == "int8" else torch.float8_e4m3fn)
+    want = impl.unpack_w8(w, elem == "int8", zfold=zfold).view(w_desc.base.dtype)
+    assert torch.equal(w_desc.base.view(torch.uint8), want.view(torch.uint8))
+
+
 @pytest.mark.skipif(not (FULL_SHAPES and SM90), reason="RADIANCE_FULL_SHAPES=1 on an sm_90 machine")
 @pytest.mark.parametrize("proj", shapes.all_projections(), ids=lambda p: f"tp{p.tp}-{p.name}")
 def test_wgmma_full_shapes(proj):

@@ -750,7 +750,7 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
         why = wgmma.unsupported(A.device, K)
         if why:
             raise ValueError(f"w4a8_gemm: the wgmma prefill config needs {why}")
-        zfold = wgmma.zfold(w.bits, int8)
+        zfold = wgmma.zero_folds(w.bits, int8)
         w8, sc = unpack_w8(w, int8, zfold=zfold, scales=True)
         return wgmma.gemm(A, AS, RS.contiguous(), w8, sc, bounds, out, cfg, zfold)
 

@@ -12,7 +12,7 @@ the fold's column factors ``sc`` (``s``, ``s d`` per group), which ride a second
     acc[m, n] += as(m, g) * (s[g, n] * t - s[g, n] * d[g, n] * RS[m, g])      (d = z - 2^(b-1): sz's high half)
 
 — the reference's math in the Triton loop's in-loop form (``zpe`` gives the same sums; it is not read). Where the
-8-bit operand holds ``q - z`` exactly (:func:`zfold`: int8 activations, or int4 weights) the unpack folds the zero
+8-bit operand holds ``q - z`` exactly (:func:`zero_folds`: int8 activations, or int4 weights) the unpack folds the zero
 in and the row-sum term drops out (one FMA less per element and group). Two groups'
 MMAs are in flight while a third folds (registers: two ``[BM, BN]`` group sums and the accumulator, 64 each per
 thread at 128 x 128 — the register file is what caps the tile); the folded group's operand stage is refilled
@@ -231,7 +231,7 @@ def _descriptor(x: torch.Tensor, block: list[int], dtype, swizzle: bool = True) 
     return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
 
 
-def zfold(bits: int, int8: bool) -> bool:
+def zero_folds(bits: int, int8: bool) -> bool:
     """Whether the weight operand carries the zero point (``q - z``) exactly: as int8 always (``|q - z| <= 31``), as
     e4m3 for int4 (``<= 15``); then the fold has no row-sum term."""
     return int8 or bits == 4
