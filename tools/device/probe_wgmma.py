@@ -30,7 +30,8 @@ def _fold_nofold(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
 
 FOLD = wgmma._fold
 #: (label, named config, config overrides); session 7's call 47 also timed a "late refill" variant (the operand
-#: tiles refilled after the fold: 5-7 % slower; the knob is gone, see git log of results/h200/2026-11-30-call47)
+#: tiles refilled after the fold: 5-7 % slower on wgmma, mixed on wgmmam64; the knob is gone, see git log of
+#: results/h200/2026-11-30-call47)
 VARIANTS = (("wgmma", "wgmma", {}), ("wgmma nofold", "wgmma", {}), ("wgmmam64", "wgmmam64", {}),
             ("wgmmam64 nofold", "wgmmam64", {}))
 
