@@ -26,6 +26,7 @@ from collections import Counter
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from radiance_kernels.ops.mxfp4_gemm.triton import _mxfp4_kernel
@@ -46,6 +47,10 @@ def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8
                  maxnreg: int | None = None):
     a8 = "*i8" if int8 else "*u8"  # the activations' and any 8-bit weight operand's (predeq) element
     types = {**TYPES, "a_ptr": a8, "w8_ptr": a8, **({"wq_ptr": a8} if constexprs.get("PREDEQ") else {})}
+    if constexprs.get("STAGES"):  # the mma2 ring: wq, sz as TMA descriptors (mma2.ring_descriptors)
+        flat = lambda rank: gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=rank)  # noqa: E731
+        types |= {"wq_ptr": f"tensordesc<i32[16, {constexprs['BN']}],{flat(2)!r}>",
+                  "sz_ptr": f"tensordesc<i32[{constexprs['BN']}],{flat(1)!r}>"}
     sig = {n: "constexpr" if n in constexprs else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     if kernel is _mxfp4_kernel:
@@ -172,7 +177,7 @@ def mma2_variants(name: str, knobs: dict) -> list:
     out = []
     for int8 in (False, True):
         ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=16, BN=cfg["BN"], BK=GROUP,
-                  PF=cfg["pf"], K8=cfg["k8"])
+                  PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"])
         opts = dict(num_warps=cfg["num_warps"], num_stages=1, maxnreg=cfg["maxnreg"], int8=int8)
         out.append((f"w4a8 decode {name} int4 {'int8' if int8 else 'e4m3'} group", _w4a8_mma2_kernel, ce, opts,
                     cfg["BN"] * GROUP))

@@ -191,12 +191,14 @@ def test_split_reduction_width_is_bit_exact(name, device):
 
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
-@pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8p", "mma8n64p", "mma8p:pf0", "mma8p:pf2"])
+@pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8p", "mma8n64p", "mma8p:pf0", "mma8p:pf2",
+                                  "mma2t", "mma8n64t", "mma8n64t6"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5)])
 def test_mma2_configs(name, elem, grouped, M):
     """The register-fed mma.sync decode kernel at 3 splits, P = 2, ragged N == reference (exact operands, fp32 /
-    int32 sums: only the summation order differs), both operand kinds (fp16; 8-bit: mma8*)."""
+    int32 sums: only the summation order differs), both operand kinds (fp16; 8-bit: mma8*), the weights from global
+    memory or by TMA (*t: a ring deeper than a split's two groups, 6 stages too)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, K, N, bounds = 2, 640, 400, [0, 128, 400]
@@ -219,18 +221,24 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel as kernel
 out = []
-for int8, pf, k8 in ((False, 2, False), (True, 0, False), (False, 1, True), (True, 2, True)):
-    ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=16, BN=64, BK=128, PF=pf, K8=k8)
+from triton.experimental.gluon import language as gl
+flat = lambda rank: gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=rank)
+for int8, pf, k8, st in ((False, 2, False, 0), (True, 0, False, 0), (False, 1, True, 0), (True, 2, True, 0),
+                         (True, 1, True, 4), (False, 1, False, 4)):
+    ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=16, BN=64, BK=128, PF=pf, K8=k8, STAGES=st)
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
+    if st:
+        types |= {"wq_ptr": f"tensordesc<i32[16, 64],{flat(2)!r}>", "sz_ptr": f"tensordesc<i32[64],{flat(1)!r}>"}
     sig = {n: "constexpr" if n in ce else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
     ptx = c.asm["ptx"]
-    out.append(dict(int8=int8, k8=k8, mma=sorted(set(re.findall(r"mma[.]sync[.]aligned[.]([.\\w]+)", ptx))),
+    out.append(dict(int8=int8, k8=k8, st=st, mma=sorted(set(re.findall(r"mma[.]sync[.]aligned[.]([.\\w]+)", ptx))),
                     n_mma=ptx.count("mma.sync.aligned"), cvt="cvt.rn.f16x2.e4m3x2" in ptx,
-                    shared=c.metadata.shared, st_loop=bool(re.search(r"st[.]shared", ptx.split("atom.")[0]))))
+                    shared=c.metadata.shared, st_loop=bool(re.search(r"st[.]shared", ptx.split("atom.")[0])),
+                    tma=ptx.count("cp.async.bulk.tensor")))
 print(json.dumps(out))
 """
 #: the MMA each operand kind compiles to (8-bit operands: e4m3 x e4m3 or s8 x s8, k32; else fp16, k16)
@@ -262,11 +270,16 @@ def test_mma2_compiles_for_sm90():
     """The Gluon kernel compiles for sm_90 with this environment's Triton (the H200 runs 3.6): ptxas accepts its
     inline PTX, each operand kind issues its MMA (8-bit operands: k32, half as many), the fp16 kind converts e4m3
     activations by the paired convert, and nothing is stored to shared memory before the epilogue's atomic (no
-    operand staging)."""
+    operand staging: the ring's words come by TMA, its ``[16, 64]`` / ``[64]`` tiles in four stages; the fragments'
+    relabelling from them is register-only, else the compile fails)."""
     for r in compiled_for_sm90(MMA2_SM90):
         assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
-        assert r["n_mma"] >= (4 if r["k8"] else 8) and r["shared"] <= 16 and not r["st_loop"], r
+        assert r["n_mma"] >= (4 if r["k8"] else 8) and not r["st_loop"], r
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
+        if r["st"]:
+            assert r["tma"] >= 2 and r["shared"] >= 4 * (16 * 64 + 64) * 4, r
+        else:
+            assert r["shared"] <= 16 and r["tma"] == 0, r
 
 
 WGMMA_SM90 = """
@@ -630,13 +643,15 @@ def test_full_shapes(proj):
 def test_mma2_full_shapes(proj):
     """The register-fed mma.sync decode kernel at the 27B shapes, fp16 operands (mma2*: M = 8 e4m3 per-group on the
     prefetching 2-warp config, M = 16 int8 per-token on the 4-warp one, M = 3 e4m3 per-token on the plain one) and
-    8-bit operands (mma8*: int8 M = 8 per-group and M = 16 per-token, e4m3 M = 4 per-group)."""
+    8-bit operands (mma8*: int8 M = 8 per-group and M = 16 per-token, e4m3 M = 4 per-group), and the TMA ring (int8
+    M = 8 on mma8n64t, e4m3 M = 5 on mma2t)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     w = prepare_codes(*weights(proj.K, proj.N, 4, seed=proj.K, device="cuda"), 4)
     for M, elem, grouped, name in ((8, "e4m3", True, "mma2n64p"), (16, "int8", False, "mma2p"),
                                    (3, "e4m3", False, "mma2"), (8, "int8", True, "mma8p"),
-                                   (16, "int8", False, "mma8n64p"), (4, "e4m3", True, "mma8p")):
+                                   (16, "int8", False, "mma8n64p"), (4, "e4m3", True, "mma8p"),
+                                   (8, "int8", True, "mma8n64t"), (5, "e4m3", True, "mma2t")):
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
         out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")

@@ -27,7 +27,11 @@ Two operand kinds (``K8``):
 
 Loads: ``wq`` words by the B fragment, activation words by the A fragment (L1-resident; the slots of one word name it
 once), the group's scale / zero words and the activations' group sums and scales with them; ``PF`` (0-2): how many
-groups ahead all of these are loaded.
+groups ahead all of these are loaded. ``STAGES`` (sm_90, ``wq`` / ``sz`` given as TMA descriptors): the weight words
+and the scale / zero words instead come by TMA into a ring of ``STAGES`` group tiles ``[16, BN]`` / ``[BN]`` in
+shared memory, read from there in the fragment layout — bytes in flight no longer cost registers (with ``PF`` one
+group ahead from global memory, a warp holds one 2 KB group in flight: the kernels streamed at what that allows,
+~16 KB per SM on gate_up, H200 call 41); ``PF`` then applies to the activations' loads alone.
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens x ``BN`` columns, warps side by side along N; splits and the split-order
@@ -36,9 +40,12 @@ reduction as the Triton decode band. Not runnable under the interpreter: tested 
 
 from __future__ import annotations
 
+import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
 #: e4m3 of the codes 0..7 and 8..15, bytes little-endian: prmt's tables (two registers each)
@@ -92,20 +99,53 @@ def _operands(a, w, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr):
 
 
 @gluon.jit
-def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, GROUP_AS: gl.constexpr):
-    """Everything group g's step reads, zeros if not valid: weight words (halves 0 / 1, B fragments), activation
-    words (A fragments), the weights' scale / zero words, the activations' row sums and (GROUP_AS) scales."""
-    w0 = gl.load(w_ptrs + g * 16 * N, mask=valid, other=0)
-    w1 = gl.load(w_ptrs + (g * 16 + 8) * N, mask=valid, other=0)
+def _row_fragments(a_ptrs, rs_rows, as_rows, g, valid, GROUP_AS: gl.constexpr):
+    """Group g's activation words (halves 0 / 1, A fragments), row sums and (GROUP_AS) scales; zeros if not valid."""
     a0 = gl.load(a_ptrs + g * 16, mask=valid, other=0)
     a1 = gl.load(a_ptrs + g * 16 + 8, mask=valid, other=0)
-    sz = gl.load(sz_ptrs + g * N, mask=mask_n & valid, other=0)
     rs = gl.load(rs_rows + g, mask=valid, other=0.0)
     if GROUP_AS:
         ag = gl.load(as_rows + g, mask=valid, other=0.0)
     else:
         ag = rs
-    return w0, w1, a0, a1, sz, rs, ag
+    return a0, a1, rs, ag
+
+
+@gluon.jit
+def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, GROUP_AS: gl.constexpr,
+               STAGES: gl.constexpr):
+    """Everything group g's step reads from global memory, zeros if not valid: (not STAGES) the weight words (halves
+    0 / 1, B fragments) and the weights' scale / zero words, then :func:`_row_fragments`."""
+    rows = _row_fragments(a_ptrs, rs_rows, as_rows, g, valid, GROUP_AS)
+    if not STAGES:
+        w0 = gl.load(w_ptrs + g * 16 * N, mask=valid, other=0)
+        w1 = gl.load(w_ptrs + (g * 16 + 8) * N, mask=valid, other=0)
+        sz = gl.load(sz_ptrs + g * N, mask=mask_n & valid, other=0)
+        rows = (w0, w1, sz) + rows
+    return rows
+
+
+@gluon.jit
+def _tiles_to_shared(wq_desc, sz_desc, w_s, s_s, bars, st, g, n0, N, pred):
+    """TMA group g's weight words ``[16, BN]`` and scale / zero words ``[BN]`` (``sz`` flat: a partial last tile
+    reads the next group's head, columns that are not stored) into stage ``st``."""
+    mbarrier.expect(bars.index(st), wq_desc.block_type.nbytes + sz_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), w_s.index(st), pred=pred)
+    tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), s_s.index(st), pred=pred)
+
+
+@gluon.jit
+def _staged_words(w_st, h: gl.constexpr, LB: gl.constexpr, KW: gl.constexpr, BN: gl.constexpr):
+    """Half h's B-fragment words ``[8 KW, BN]`` (slot s: word row ``s // KW``) from a stage's ``[16, BN]`` words:
+    each thread loads its two words per column once (rows t, t + 4: the k-width-1 fragment) and names each KW times
+    (joins), a register-only relabelling onto ``LB``."""
+    L1: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=LB.parent, k_width=1)
+    w = w_st.slice(8 * h, 8, dim=0).load(L1)
+    w = gl.join(w, w)
+    if KW == 4:
+        w = gl.join(w, w)
+    w = gl.permute(gl.reshape(w, [8, BN, KW]), (0, 2, 1))
+    return gl.convert_layout(gl.reshape(w, [8 * KW, BN]), LB, assert_trivial=True)
 
 
 @gluon.jit
@@ -114,7 +154,7 @@ def _w4a8_mma2_kernel(
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
-    K8: gl.constexpr = False,
+    K8: gl.constexpr = False, STAGES: gl.constexpr = 0,
 ):
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
@@ -129,9 +169,20 @@ def _w4a8_mma2_kernel(
     g_lo = gl.program_id(1) * groups_per_split
     g_hi = gl.minimum(g_lo + groups_per_split, G)
     # B fragments: words [SLOTS, BN]; slot s of a half-group: word row (s % 4KW) // KW + 4 (s // 4KW)
-    sb = gl.arange(0, SLOTS, layout=gl.SliceLayout(1, LB))
-    nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
-    w_ptrs = wq_ptr + ((sb % (4 * KW)) // KW + 4 * (sb // (4 * KW)))[:, None] * N + gl.minimum(nb, N - 1)[None, :]
+    if STAGES:  # wq_ptr, sz_ptr: TMA descriptors; group g_lo + i in stage i
+        w_s = gl.allocate_shared_memory(gl.int32, [STAGES, 16, BN], wq_ptr.layout)
+        s_s = gl.allocate_shared_memory(gl.int32, [STAGES, BN], sz_ptr.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        for i in gl.static_range(STAGES):
+            _tiles_to_shared(wq_ptr, sz_ptr, w_s, s_s, bars, i, g_lo + i, n0, N, g_lo + i < g_hi)
+        w_ptrs = wq_ptr
+    else:
+        sb = gl.arange(0, SLOTS, layout=gl.SliceLayout(1, LB))
+        nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
+        w_ptrs = wq_ptr + ((sb % (4 * KW)) // KW + 4 * (sb // (4 * KW)))[:, None] * N + \
+            gl.minimum(nb, N - 1)[None, :]
     # A fragments: activation words [16 tokens, SLOTS] (slots to word rows as B's), rows clamped
     ma = gl.arange(0, BM, layout=gl.SliceLayout(1, LA))
     sa = gl.arange(0, SLOTS, layout=gl.SliceLayout(0, LA))
@@ -151,17 +202,29 @@ def _w4a8_mma2_kernel(
     rs_rows = rs_ptr + part * M * G + rows * G
     ZO: gl.constexpr = 8 if K8 else 0  # z - o = d + ZO (sz's high half is d = z - 8)
     acc = gl.zeros([BM, BN], gl.float32, MMA)
-    sz_ptrs = sz_ptr + no
+    sz_ptrs = sz_ptr if STAGES else sz_ptr + no
     if PF >= 1:  # group g + PF's loads are issued before group g's MMAs
-        f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo, g_lo < g_hi, GROUP_AS)
+        f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo, g_lo < g_hi, GROUP_AS, STAGES)
     if PF == 2:
-        fb = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo + 1, g_lo + 1 < g_hi, GROUP_AS)
+        fb = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo + 1, g_lo + 1 < g_hi, GROUP_AS,
+                        STAGES)
     for g in range(g_lo, g_hi):
         if PF == 0:
-            f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, GROUP_AS)
+            f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, GROUP_AS, STAGES)
         else:
-            fn = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, GROUP_AS)
-        w0, w1, a0, a1, sz, rs, ag = f
+            fn = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, GROUP_AS,
+                            STAGES)
+        if STAGES:
+            a0, a1, rs, ag = f
+            st = (g - g_lo) % STAGES
+            mbarrier.wait(bars.index(st), ((g - g_lo) // STAGES) & 1)
+            w0 = _staged_words(w_s.index(st), 0, LB, KW, BN)
+            w1 = _staged_words(w_s.index(st), 1, LB, KW, BN)
+            sz = s_s.index(st).load(gl.SliceLayout(0, MMA))
+            _barrier()  # every warp holds stage st's words: TMA refills it with group g + STAGES
+            _tiles_to_shared(wq_ptr, sz_ptr, w_s, s_s, bars, st, g + STAGES, n0, N, g + STAGES < g_hi)
+        else:
+            w0, w1, sz, a0, a1, rs, ag = f
         t = gl.zeros([BM, BN], gl.int32 if K8 and INT8 else gl.float32, MMA)
         for j in gl.static_range(4 // (KW // 2)):
             A, B = _operands(a0, w0, j, K8, INT8)
@@ -181,6 +244,9 @@ def _w4a8_mma2_kernel(
         elif PF == 2:
             f = fb
             fb = fn
+    if STAGES:
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
     if not GROUP_AS:
         acc *= gl.load(as_rows)[:, None]
     mask = mask_m[:, None] & mask_n[None, :]
@@ -201,3 +267,11 @@ def _w4a8_mma2_kernel(
                     total = gl.where(live, total + p, total)
             gl.store(out, total.to(gl.bfloat16), mask=mask)
             gl.store(cnt_ptr + gl.program_id(0), 0)  # every arrival is in: the counter is free for the next launch
+
+
+def ring_descriptors(wq: torch.Tensor, sz: torch.Tensor, BN: int) -> tuple[TensorDescriptor, TensorDescriptor]:
+    """The ``STAGES`` kernel's TMA descriptors: ``wq [K/8, N]`` words in ``[16, BN]`` tiles, ``sz [G, N]`` words flat
+    in ``[BN]`` tiles (unswizzled: the fragment reads are 4-byte words)."""
+    flat = lambda rank: gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=rank)  # noqa: E731
+    return (TensorDescriptor(wq, list(wq.shape), list(wq.stride()), [16, BN], flat(2)),
+            TensorDescriptor(sz.view(-1), [sz.numel()], [1], [BN], flat(1)))

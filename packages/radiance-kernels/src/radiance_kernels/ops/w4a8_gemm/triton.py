@@ -439,7 +439,7 @@ def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
     return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
-                gemv=False, mma2=False, pf=0, k8=False, rw=4) | knobs
+                gemv=False, mma2=False, pf=0, k8=False, rw=4, ring=0) | knobs
 
 
 DECODE = {
@@ -468,6 +468,13 @@ DECODE = {
     "mma2p2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2),
     "mma8p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True),
     "mma8n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True),
+    "mma2t": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, ring=4),
+    "mma2n64t": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, ring=4),
+    "mma8t": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True, ring=4),
+    "mma8n64t": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True,
+                      ring=4),
+    "mma8n64t6": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True,
+                       ring=6),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -533,7 +540,7 @@ BLOCKWISE_DEFAULT = "blockwise"
 #: group ZPE qkv 577 / 422, gate_up 597 / 443; int5 e4m3 group (call 48) qkv 519 / 409 (docs/PERFORMANCE.md).
 WGMMA_DEFAULT = "wgmmam64"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
-         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma"}
+         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma", "ring"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -572,7 +579,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", rw=4, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False, wgmma=False)
+                apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False, wgmma=False, ring=0)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -592,8 +599,11 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
             raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
         if cfg["dot16"] or cfg["nib8"] or cfg["swap"] or cfg["apre"] or cfg["gemv"] or cfg["ablate"] != "none":
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / swap / apre / gemv / ablate")
-    elif cfg["k8"]:
-        raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) is a knob of the mma2 kernel")
+    elif cfg["k8"] or cfg["ring"]:
+        raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA weight stages) are knobs of the "
+                         "mma2 kernel")
+    if cfg["ring"] not in (0, 2, 3, 4, 5, 6, 8):
+        raise ValueError(f"w4a8_gemm config: ring (TMA stages of weight tiles: 0 = none, 2-8) got {cfg['ring']!r}")
     if cfg["ablate"] not in ABLATIONS:
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
     if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
@@ -694,6 +704,9 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         need = (8, 0) if constexprs["INT8"] else (8, 9)  # mma.sync m16n8k16; e4m3 pairs: cvt.rn.f16x2.e4m3x2
         if torch.cuda.get_device_capability(device) < need:
             raise ValueError(f"{op}: the mma2 config needs compute capability >= {need} for these activations")
+        if cfg["ring"] and (torch.cuda.get_device_capability(device) < (9, 0) or N % 4):
+            raise ValueError(f"{op}: the mma2 ring (TMA) needs compute capability >= (9, 0) and N a multiple of 4 "
+                             f"(got {torch.cuda.get_device_capability(device)}, N={N})")
         kernel, has_dot16 = mma2(), False
     if cfg["reduce"] not in ("host", "kernel"):
         raise ValueError(f"{op}: reduce must be 'host' or 'kernel', got {cfg['reduce']!r}")
@@ -713,7 +726,13 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
     if cfg["mma2"]:
-        constexprs.update(PF=cfg["pf"], K8=cfg["k8"])
+        constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"])
+        if cfg["ring"]:
+            from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
+
+            a, a_scales, a_sums, wq, wh, sz = tensors
+            wq, sz = ring_descriptors(wq, sz, bn)
+            tensors = (a, a_scales, a_sums, wq, wh, sz)
     elif cfg["gemv"]:
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
     else:
