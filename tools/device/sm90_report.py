@@ -49,7 +49,10 @@ def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8
     types = {**TYPES, "a_ptr": a8, "w8_ptr": a8, **({"wq_ptr": a8} if constexprs.get("PREDEQ") else {})}
     if constexprs.get("STAGES"):  # the mma2 ring: wq, sz as TMA descriptors (mma2.ring_descriptors)
         flat = lambda rank: gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=rank)  # noqa: E731
-        types |= {"wq_ptr": f"tensordesc<i32[16, {constexprs['BN']}],{flat(2)!r}>",
+        from radiance_kernels.ops.w4a8_gemm.mma2 import ACT_LAYOUT
+
+        types |= {"a_ptr": f"tensordesc<i64[16, 16],{ACT_LAYOUT!r}>",
+                  "wq_ptr": f"tensordesc<i32[16, {constexprs['BN']}],{flat(2)!r}>",
                   "sz_ptr": f"tensordesc<i32[{constexprs['BN']}],{flat(1)!r}>"}
     sig = {n: "constexpr" if n in constexprs else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}

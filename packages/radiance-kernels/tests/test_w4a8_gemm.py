@@ -192,7 +192,7 @@ def test_split_reduction_width_is_bit_exact(name, device):
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
 @pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8p", "mma8n64p", "mma8p:pf0", "mma8p:pf2",
-                                  "mma2t", "mma8n64t", "mma8n64t6"])
+                                  "mma2t", "mma8n64t", "mma8n64t6", "mma8n64t2"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5)])
 def test_mma2_configs(name, elem, grouped, M):
@@ -229,7 +229,9 @@ for int8, pf, k8, st in ((False, 2, False, 0), (True, 0, False, 0), (False, 1, T
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     if st:
-        types |= {"wq_ptr": f"tensordesc<i32[16, 64],{flat(2)!r}>", "sz_ptr": f"tensordesc<i32[64],{flat(1)!r}>"}
+        from radiance_kernels.ops.w4a8_gemm.mma2 import ACT_LAYOUT
+        types |= {"a_ptr": f"tensordesc<i64[16, 16],{ACT_LAYOUT!r}>", "wq_ptr": f"tensordesc<i32[16, 64],{flat(2)!r}>",
+                  "sz_ptr": f"tensordesc<i32[64],{flat(1)!r}>"}
     sig = {n: "constexpr" if n in ce else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce),
@@ -277,7 +279,7 @@ def test_mma2_compiles_for_sm90():
         assert r["n_mma"] >= (4 if r["k8"] else 8) and not r["st_loop"], r
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
         if r["st"]:
-            assert r["tma"] >= 2 and r["shared"] >= 4 * (16 * 64 + 64) * 4, r
+            assert r["tma"] >= 3 and r["shared"] >= 4 * ((16 * 64 + 64) * 4 + 16 * 128), r
         else:
             assert r["shared"] <= 16 and r["tma"] == 0, r
 

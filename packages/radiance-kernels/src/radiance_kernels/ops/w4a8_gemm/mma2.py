@@ -48,6 +48,8 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
+#: the ring's activation tiles: [16 rows, 16 int64 words], 128-byte swizzled
+ACT_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=64, rank=2)
 #: e4m3 of the codes 0..7 and 8..15, bytes little-endian: prmt's tables (two registers each)
 _E4M3_TABLES = "mov.b32 t0, 0x44403800; mov.b32 t1, 0x4E4C4A48; mov.b32 t2, 0x53525150; mov.b32 t3, 0x57565554;"
 
@@ -99,53 +101,57 @@ def _operands(a, w, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr):
 
 
 @gluon.jit
-def _row_fragments(a_ptrs, rs_rows, as_rows, g, valid, GROUP_AS: gl.constexpr):
-    """Group g's activation words (halves 0 / 1, A fragments), row sums and (GROUP_AS) scales; zeros if not valid."""
-    a0 = gl.load(a_ptrs + g * 16, mask=valid, other=0)
-    a1 = gl.load(a_ptrs + g * 16 + 8, mask=valid, other=0)
+def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, GROUP_AS: gl.constexpr,
+               STAGES: gl.constexpr):
+    """What group g's step reads from global memory, zeros if not valid: the activations' row sums and (GROUP_AS)
+    scales; without STAGES also the weight and activation words (halves 0 / 1, B / A fragments) and the weights'
+    scale / zero words."""
     rs = gl.load(rs_rows + g, mask=valid, other=0.0)
     if GROUP_AS:
         ag = gl.load(as_rows + g, mask=valid, other=0.0)
     else:
         ag = rs
-    return a0, a1, rs, ag
-
-
-@gluon.jit
-def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, GROUP_AS: gl.constexpr,
-               STAGES: gl.constexpr):
-    """Everything group g's step reads from global memory, zeros if not valid: (not STAGES) the weight words (halves
-    0 / 1, B fragments) and the weights' scale / zero words, then :func:`_row_fragments`."""
-    rows = _row_fragments(a_ptrs, rs_rows, as_rows, g, valid, GROUP_AS)
+    out = (rs, ag)
     if not STAGES:
         w0 = gl.load(w_ptrs + g * 16 * N, mask=valid, other=0)
         w1 = gl.load(w_ptrs + (g * 16 + 8) * N, mask=valid, other=0)
+        a0 = gl.load(a_ptrs + g * 16, mask=valid, other=0)
+        a1 = gl.load(a_ptrs + g * 16 + 8, mask=valid, other=0)
         sz = gl.load(sz_ptrs + g * N, mask=mask_n & valid, other=0)
-        rows = (w0, w1, sz) + rows
-    return rows
+        out = (w0, w1, a0, a1, sz) + out
+    return out
 
 
 @gluon.jit
-def _tiles_to_shared(wq_desc, sz_desc, w_s, s_s, bars, st, g, n0, N, pred):
-    """TMA group g's weight words ``[16, BN]`` and scale / zero words ``[BN]`` (``sz`` flat: a partial last tile
-    reads the next group's head, columns that are not stored) into stage ``st``."""
-    mbarrier.expect(bars.index(st), wq_desc.block_type.nbytes + sz_desc.block_type.nbytes, pred=pred)
+def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred):
+    """TMA group g's weight words ``[16, BN]``, activation words ``[16 rows, 16]`` (int64; rows from the partition's
+    first: those past M are not stored) and scale / zero words ``[BN]`` (``sz`` flat: a partial last tile reads the
+    next group's head, columns that are not stored) into stage ``st``."""
+    wq_desc, a_desc, sz_desc = descs
+    w_s, a_s, s_s, bars = ring
+    nbytes: gl.constexpr = wq_desc.block_type.nbytes + a_desc.block_type.nbytes + sz_desc.block_type.nbytes
+    mbarrier.expect(bars.index(st), nbytes, pred=pred)
     tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), w_s.index(st), pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [a_row, g * 16], bars.index(st), a_s.index(st), pred=pred)
     tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), s_s.index(st), pred=pred)
 
 
 @gluon.jit
-def _staged_words(w_st, h: gl.constexpr, LB: gl.constexpr, KW: gl.constexpr, BN: gl.constexpr):
-    """Half h's B-fragment words ``[8 KW, BN]`` (slot s: word row ``s // KW``) from a stage's ``[16, BN]`` words:
-    each thread loads its two words per column once (rows t, t + 4: the k-width-1 fragment) and names each KW times
-    (joins), a register-only relabelling onto ``LB``."""
-    L1: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=LB.parent, k_width=1)
-    w = w_st.slice(8 * h, 8, dim=0).load(L1)
-    w = gl.join(w, w)
+def _staged(x_st, h: gl.constexpr, L: gl.constexpr, KW: gl.constexpr, OP: gl.constexpr):
+    """Half h's fragment words (operand OP: 0 = A ``[16, 8 KW]`` from a stage's ``[16 rows, 16]`` activation words,
+    1 = B ``[8 KW, BN]`` from its ``[16, BN]`` weight words; slot s: word ``s // KW`` of the half): each thread loads
+    its two words per row / column once (the k-width-1 fragment: words t, t + 4) and names each KW times (joins), a
+    register-only relabelling onto ``L``."""
+    L1: gl.constexpr = gl.DotOperandLayout(operand_index=OP, parent=L.parent, k_width=1)
+    x = x_st.slice(8 * h, 8, dim=1 - OP).load(L1)
+    x = gl.join(x, x)
     if KW == 4:
-        w = gl.join(w, w)
-    w = gl.permute(gl.reshape(w, [8, BN, KW]), (0, 2, 1))
-    return gl.convert_layout(gl.reshape(w, [8 * KW, BN]), LB, assert_trivial=True)
+        x = gl.join(x, x)
+    if OP == 0:
+        x = gl.reshape(x, [x.shape[0], 8 * KW])
+    else:
+        x = gl.reshape(gl.permute(gl.reshape(x, [8, x.shape[1], KW]), (0, 2, 1)), [8 * KW, x.shape[1]])
+    return gl.convert_layout(x, L, assert_trivial=True)
 
 
 @gluon.jit
@@ -168,27 +174,29 @@ def _w4a8_mma2_kernel(
     G = K // BK
     g_lo = gl.program_id(1) * groups_per_split
     g_hi = gl.minimum(g_lo + groups_per_split, G)
-    # B fragments: words [SLOTS, BN]; slot s of a half-group: word row (s % 4KW) // KW + 4 (s // 4KW)
-    if STAGES:  # wq_ptr, sz_ptr: TMA descriptors; group g_lo + i in stage i
-        w_s = gl.allocate_shared_memory(gl.int32, [STAGES, 16, BN], wq_ptr.layout)
-        s_s = gl.allocate_shared_memory(gl.int32, [STAGES, BN], sz_ptr.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if STAGES:  # a_ptr, wq_ptr, sz_ptr: TMA descriptors; group g_lo + i in stage i
+        descs = (wq_ptr, a_ptr, sz_ptr)
+        ring = (gl.allocate_shared_memory(gl.int32, [STAGES, 16, BN], wq_ptr.layout),
+                gl.allocate_shared_memory(gl.int64, [STAGES, BM, 16], a_ptr.layout),
+                gl.allocate_shared_memory(gl.int32, [STAGES, BN], sz_ptr.layout),
+                gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
         for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
+            mbarrier.init(ring[3].index(i), count=1)
         for i in gl.static_range(STAGES):
-            _tiles_to_shared(wq_ptr, sz_ptr, w_s, s_s, bars, i, g_lo + i, n0, N, g_lo + i < g_hi)
+            _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi)
         w_ptrs = wq_ptr
-    else:
+        a_ptrs = a_ptr
+    else:  # B fragments: words [SLOTS, BN]; slot s of a half-group: word row (s % 4KW) // KW + 4 (s // 4KW)
         sb = gl.arange(0, SLOTS, layout=gl.SliceLayout(1, LB))
         nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
         w_ptrs = wq_ptr + ((sb % (4 * KW)) // KW + 4 * (sb // (4 * KW)))[:, None] * N + \
             gl.minimum(nb, N - 1)[None, :]
-    # A fragments: activation words [16 tokens, SLOTS] (slots to word rows as B's), rows clamped
-    ma = gl.arange(0, BM, layout=gl.SliceLayout(1, LA))
-    sa = gl.arange(0, SLOTS, layout=gl.SliceLayout(0, LA))
-    a64 = a_ptr.to(gl.pointer_type(gl.int64)) + part.to(gl.int64) * M * (K // 8)
-    a_ptrs = a64 + (gl.minimum(ma, M - 1).to(gl.int64) * (K // 8))[:, None] + \
-        ((sa % (4 * KW)) // KW + 4 * (sa // (4 * KW)))[None, :]
+        # A fragments: activation words [16 tokens, SLOTS] (slots to word rows as B's), rows clamped
+        ma = gl.arange(0, BM, layout=gl.SliceLayout(1, LA))
+        sa = gl.arange(0, SLOTS, layout=gl.SliceLayout(0, LA))
+        a64 = a_ptr.to(gl.pointer_type(gl.int64)) + part.to(gl.int64) * M * (K // 8)
+        a_ptrs = a64 + (gl.minimum(ma, M - 1).to(gl.int64) * (K // 8))[:, None] + \
+            ((sa % (4 * KW)) // KW + 4 * (sa // (4 * KW)))[None, :]
     # accumulator frame
     mo = gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
     no = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
@@ -215,16 +223,18 @@ def _w4a8_mma2_kernel(
             fn = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, GROUP_AS,
                             STAGES)
         if STAGES:
-            a0, a1, rs, ag = f
+            rs, ag = f
             st = (g - g_lo) % STAGES
-            mbarrier.wait(bars.index(st), ((g - g_lo) // STAGES) & 1)
-            w0 = _staged_words(w_s.index(st), 0, LB, KW, BN)
-            w1 = _staged_words(w_s.index(st), 1, LB, KW, BN)
-            sz = s_s.index(st).load(gl.SliceLayout(0, MMA))
+            mbarrier.wait(ring[3].index(st), ((g - g_lo) // STAGES) & 1)
+            w0 = _staged(ring[0].index(st), 0, LB, KW, 1)
+            w1 = _staged(ring[0].index(st), 1, LB, KW, 1)
+            a0 = _staged(ring[1].index(st), 0, LA, KW, 0)
+            a1 = _staged(ring[1].index(st), 1, LA, KW, 0)
+            sz = ring[2].index(st).load(gl.SliceLayout(0, MMA))
             _barrier()  # every warp holds stage st's words: TMA refills it with group g + STAGES
-            _tiles_to_shared(wq_ptr, sz_ptr, w_s, s_s, bars, st, g + STAGES, n0, N, g + STAGES < g_hi)
+            _tiles_to_shared(descs, ring, st, g + STAGES, part * M, n0, N, g + STAGES < g_hi)
         else:
-            w0, w1, sz, a0, a1, rs, ag = f
+            w0, w1, a0, a1, sz, rs, ag = f
         t = gl.zeros([BM, BN], gl.int32 if K8 and INT8 else gl.float32, MMA)
         for j in gl.static_range(4 // (KW // 2)):
             A, B = _operands(a0, w0, j, K8, INT8)
@@ -246,7 +256,7 @@ def _w4a8_mma2_kernel(
             fb = fn
     if STAGES:
         for i in gl.static_range(STAGES):
-            mbarrier.invalidate(bars.index(i))
+            mbarrier.invalidate(ring[3].index(i))
     if not GROUP_AS:
         acc *= gl.load(as_rows)[:, None]
     mask = mask_m[:, None] & mask_n[None, :]
@@ -269,9 +279,13 @@ def _w4a8_mma2_kernel(
             gl.store(cnt_ptr + gl.program_id(0), 0)  # every arrival is in: the counter is free for the next launch
 
 
-def ring_descriptors(wq: torch.Tensor, sz: torch.Tensor, BN: int) -> tuple[TensorDescriptor, TensorDescriptor]:
-    """The ``STAGES`` kernel's TMA descriptors: ``wq [K/8, N]`` words in ``[16, BN]`` tiles, ``sz [G, N]`` words flat
-    in ``[BN]`` tiles (unswizzled: the fragment reads are 4-byte words)."""
+def ring_descriptors(a: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, BN: int) -> tuple[TensorDescriptor, ...]:
+    """The ``STAGES`` kernel's TMA descriptors: the activations ``a [P, M, K]`` as int64 words ``[P M, K/8]`` in
+    ``[16, 16]`` tiles (128-byte swizzle: a warp's fragment reads hit distinct banks), ``wq [K/8, N]`` words in
+    ``[16, BN]`` tiles, ``sz [G, N]`` words flat in ``[BN]`` tiles (unswizzled)."""
+    P, M, K = a.shape
+    words = a.reshape(P * M, K).view(torch.int64)
     flat = lambda rank: gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=rank)  # noqa: E731
-    return (TensorDescriptor(wq, list(wq.shape), list(wq.stride()), [16, BN], flat(2)),
+    return (TensorDescriptor(words, list(words.shape), list(words.stride()), [16, 16], ACT_LAYOUT),
+            TensorDescriptor(wq, list(wq.shape), list(wq.stride()), [16, BN], flat(2)),
             TensorDescriptor(sz.view(-1), [sz.numel()], [1], [BN], flat(1)))

@@ -475,6 +475,9 @@ DECODE = {
                       ring=4),
     "mma8n64t6": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True,
                        ring=6),
+    "mma8n64t2": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=2, k8=True,
+                       ring=4),
+    "mma2n64t2": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=2, ring=4),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -731,7 +734,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
             a, a_scales, a_sums, wq, wh, sz = tensors
-            wq, sz = ring_descriptors(wq, sz, bn)
+            a, wq, sz = ring_descriptors(a, wq, sz, bn)
             tensors = (a, a_scales, a_sums, wq, wh, sz)
     elif cfg["gemv"]:
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
