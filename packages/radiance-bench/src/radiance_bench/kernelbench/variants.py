@@ -2,8 +2,9 @@
 
 ``decode_variants``: every config of ``w4a8_gemm.triton.DECODE`` at M = 1, 8, 16 on each TP=1 shape with e4m3
 activations, the gemv and mma2 configs and :data:`INT8_MMA` also with int8 ones (rows marked ``act``), then
-the ablation rows ``"<config>:nodot"`` (loads + unpack, no MMA) and ``"<config>:noload"`` (unpack + MMA, no
-weight loads) for :data:`ABLATE_CONFIGS` — what limits a config, by removing one part; their outputs are
+the ablation rows ``"<config>:nodot"`` (loads + unpack, no MMA; mma2: no unpack either), ``"<config>:noload"``
+(unpack + MMA, no weight loads) and ``"<config>:nofold"`` (mma2: no scale fold) for :data:`ABLATE_CONFIGS` — what
+limits a config, by removing one part; their outputs are
 wrong by design, so their ``rel_vs_first`` is not a check (``ablation`` = True on those rows);
 ``prefill_variants``: every config of ``PREFILL`` at M = 2048 on three shapes, once per activation format
 of :data:`PREFILL_ACTS` (e4m3 per-group, the served decode format; int8 per-group with the zero-point
@@ -27,7 +28,10 @@ from radiance_kernels.ops.w4a8_gemm import triton as w4
 from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
-ABLATE_CONFIGS = ("nib8x", "nib8xpr", "swap")
+#: the configs with ablation rows, and theirs: nib8 loops without MMA / weight loads; mma2 without operands, MMAs and
+#: fold ("nodot": the fragments' words consumed) / without the scale fold
+ABLATE_CONFIGS = {**dict.fromkeys(("nib8x", "nib8xpr", "swap"), ("nodot", "noload")),
+                  **dict.fromkeys(("mma8n64p", "mma8n64t", "mma2t"), ("nodot", "nofold"))}
 INT8_MMA = "nib8xpr"  # the tensor-core loop (int8 as exact fp16) the int8 gemv configs are timed against
 PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
 #: (act label, element, granularity, zpe); ``kernelbench.tune`` keys its table by the element
@@ -81,7 +85,7 @@ def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DEC
     """e4m3 per-group activations on every config (+ ablations); int8 per-group activations on the gemv configs
     and, as their tensor-core reference, on :data:`INT8_MMA` (gemv configs at M <= GEMV_BM_MAX); for each weight
     width in ``bits``."""
-    ablations = {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n in ABLATE_CONFIGS for ab in ("nodot", "noload")}
+    ablations = {f"{n}:{ab}": {**w4.DECODE[n], "ablate": ab} for n, abl in ABLATE_CONFIGS.items() for ab in abl}
     configs = pick(w4.DECODE | ablations, names)
     by_act = {"e4m3": configs,
               "int8": {n: c for n, c in configs.items() if c["gemv"] or c["mma2"] or n == INT8_MMA}}

@@ -160,7 +160,7 @@ def _w4a8_mma2_kernel(
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
-    K8: gl.constexpr = False, STAGES: gl.constexpr = 0,
+    K8: gl.constexpr = False, STAGES: gl.constexpr = 0, ABLATE: gl.constexpr = 0,
 ):
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
@@ -235,20 +235,28 @@ def _w4a8_mma2_kernel(
             _tiles_to_shared(descs, ring, st, g + STAGES, part * M, n0, N, g + STAGES < g_hi)
         else:
             w0, w1, a0, a1, sz, rs, ag = f
-        t = gl.zeros([BM, BN], gl.int32 if K8 and INT8 else gl.float32, MMA)
-        for j in gl.static_range(4 // (KW // 2)):
-            A, B = _operands(a0, w0, j, K8, INT8)
-            t = mma_v2(A, B, t)
-        for j in gl.static_range(4 // (KW // 2)):
-            A, B = _operands(a1, w1, j, K8, INT8)
-            t = mma_v2(A, B, t)
-        s = (sz & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
-        sd = s * ((sz >> 16) + ZO).to(gl.float32)
-        contrib = t.to(gl.float32) * s[None, :] - rs[:, None] * sd[None, :]
-        if GROUP_AS:
-            acc += ag[:, None] * contrib
+        if ABLATE == 1:  # bench only (wrong results): the words consumed, no operands, MMAs or fold
+            wsum = gl.convert_layout(gl.sum(w0 ^ w1, axis=0), gl.SliceLayout(0, MMA)) + sz
+            asum = gl.convert_layout(gl.sum((a0 ^ a1).to(gl.int32), axis=1), gl.SliceLayout(1, MMA))
+            acc += (wsum[None, :] + asum[:, None]).to(gl.float32) + (rs + ag)[:, None]
         else:
-            acc += contrib
+            t = gl.zeros([BM, BN], gl.int32 if K8 and INT8 else gl.float32, MMA)
+            for j in gl.static_range(4 // (KW // 2)):
+                A, B = _operands(a0, w0, j, K8, INT8)
+                t = mma_v2(A, B, t)
+            for j in gl.static_range(4 // (KW // 2)):
+                A, B = _operands(a1, w1, j, K8, INT8)
+                t = mma_v2(A, B, t)
+            if ABLATE == 3:  # bench only (wrong results): no scale fold
+                acc += t.to(gl.float32)
+            else:
+                s = (sz & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+                sd = s * ((sz >> 16) + ZO).to(gl.float32)
+                contrib = t.to(gl.float32) * s[None, :] - rs[:, None] * sd[None, :]
+                if GROUP_AS:
+                    acc += ag[:, None] * contrib
+                else:
+                    acc += contrib
         if PF == 1:
             f = fn
         elif PF == 2:

@@ -488,7 +488,7 @@ DECODE = {
 GEMV_MAX_M = 2
 GEMV_BM_MAX = 16  # the kernel's token tile limit (registers)
 GEMV_DEFAULT = "gemv_o8"
-ABLATIONS = {"none": 0, "nodot": 1, "noload": 2}
+ABLATIONS = {"none": 0, "nodot": 1, "noload": 2, "nofold": 3}
 #: H200 call 6 (Triton 3.6, int4, e4m3 per-group, M=8, us; nib8x / nib8xpr): qkv 42.4 / 28.5, o_proj
 #: 27.0 / 21.0, gate_up 86.8 / 65.5, down 54.8 / 36.9 — best or within 9 % of the best config on every
 #: shape (nib8p wins o_proj / down / out_proj by 1.6-1.8 us; the tuned table picks it there).
@@ -600,8 +600,10 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     if cfg["mma2"]:
         if band != "decode" or M > 16:
             raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
-        if cfg["dot16"] or cfg["nib8"] or cfg["swap"] or cfg["apre"] or cfg["gemv"] or cfg["ablate"] != "none":
-            raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / swap / apre / gemv / ablate")
+        if cfg["dot16"] or cfg["nib8"] or cfg["swap"] or cfg["apre"] or cfg["gemv"] or \
+                cfg["ablate"] not in ("none", "nodot", "nofold"):
+            raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / swap / apre / gemv / ablate but nodot, "
+                             "nofold")
     elif cfg["k8"] or cfg["ring"]:
         raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA weight stages) are knobs of the "
                          "mma2 kernel")
@@ -609,8 +611,9 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError(f"w4a8_gemm config: ring (TMA stages of weight tiles: 0 = none, 2-8) got {cfg['ring']!r}")
     if cfg["ablate"] not in ABLATIONS:
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
-    if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"]):
-        raise ValueError("w4a8_gemm config: swap / apre / ablate act on the nib8 loop and need dot16=True, nib8=True")
+    if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"] or cfg["mma2"]):
+        raise ValueError("w4a8_gemm config: swap / apre / ablate act on the nib8 loop and need dot16=True, nib8=True "
+                         "(ablate: or mma2)")
     if cfg["ablate"] != "none" and cfg["BM"] != 16:
         raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
     if cfg["blockwise"] and band == "decode":
@@ -729,7 +732,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
     if cfg["mma2"]:
-        constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"])
+        constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]])
         if cfg["ring"]:
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
