@@ -27,11 +27,11 @@ Two operand kinds (``K8``):
 
 Loads: ``wq`` words by the B fragment, activation words by the A fragment (L1-resident; the slots of one word name it
 once), the group's scale / zero words and the activations' group sums and scales with them; ``PF`` (0-2): how many
-groups ahead all of these are loaded. ``STAGES`` (sm_90, ``wq`` / ``sz`` given as TMA descriptors): the weight words
-and the scale / zero words instead come by TMA into a ring of ``STAGES`` group tiles ``[16, BN]`` / ``[BN]`` in
-shared memory, read from there in the fragment layout — bytes in flight no longer cost registers (with ``PF`` one
-group ahead from global memory, a warp holds one 2 KB group in flight: the kernels streamed at what that allows,
-~16 KB per SM on gate_up, H200 call 41); ``PF`` then applies to the activations' loads alone.
+groups ahead all of these are loaded. ``STAGES`` (sm_90; ``a`` / ``wq`` / ``sz`` given as TMA descriptors,
+:func:`ring_descriptors`; ``PF`` 0): the weight, activation and scale / zero words instead come by TMA into a ring of
+``STAGES`` group tiles in shared memory, read from there in the fragment layouts (bytes in flight cost no registers),
+and the split's row sums / scales are staged in shared memory once (``GPS`` groups at most): the loop issues no
+global load, which each refill's proxy fence (``MEMBAR``) would otherwise wait for.
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens x ``BN`` columns, warps side by side along N; splits and the split-order
@@ -101,25 +101,33 @@ def _operands(a, w, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr):
 
 
 @gluon.jit
-def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, GROUP_AS: gl.constexpr,
-               STAGES: gl.constexpr):
-    """What group g's step reads from global memory, zeros if not valid: the activations' row sums and (GROUP_AS)
-    scales; without STAGES also the weight and activation words (halves 0 / 1, B / A fragments) and the weights'
-    scale / zero words."""
+def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, GROUP_AS: gl.constexpr):
+    """Everything group g's step reads, zeros if not valid: weight words (halves 0 / 1, B fragments), activation
+    words (A fragments), the weights' scale / zero words, the activations' row sums and (GROUP_AS) scales."""
+    w0 = gl.load(w_ptrs + g * 16 * N, mask=valid, other=0)
+    w1 = gl.load(w_ptrs + (g * 16 + 8) * N, mask=valid, other=0)
+    a0 = gl.load(a_ptrs + g * 16, mask=valid, other=0)
+    a1 = gl.load(a_ptrs + g * 16 + 8, mask=valid, other=0)
+    sz = gl.load(sz_ptrs + g * N, mask=mask_n & valid, other=0)
     rs = gl.load(rs_rows + g, mask=valid, other=0.0)
     if GROUP_AS:
         ag = gl.load(as_rows + g, mask=valid, other=0.0)
     else:
         ag = rs
-    out = (rs, ag)
-    if not STAGES:
-        w0 = gl.load(w_ptrs + g * 16 * N, mask=valid, other=0)
-        w1 = gl.load(w_ptrs + (g * 16 + 8) * N, mask=valid, other=0)
-        a0 = gl.load(a_ptrs + g * 16, mask=valid, other=0)
-        a1 = gl.load(a_ptrs + g * 16 + 8, mask=valid, other=0)
-        sz = gl.load(sz_ptrs + g * N, mask=mask_n & valid, other=0)
-        out = (w0, w1, a0, a1, sz) + out
-    return out
+    return w0, w1, a0, a1, sz, rs, ag
+
+
+@gluon.jit
+def _rows_to_shared(x_ptr, part, M, G, g_lo, g_hi, BM: gl.constexpr, GPS: gl.constexpr, NW: gl.constexpr):
+    """The split's per-group row inputs ``x[part, rows, g_lo:g_hi]`` (``[P, M, G]`` fp32, rows clamped) as a
+    ``[GPS, BM]`` shared tile, loaded once: the loop then issues no global load (a TMA refill's proxy fence would
+    wait for it)."""
+    L: gl.constexpr = gl.BlockedLayout([1, 1], [32 // BM, BM], [NW, 1], [1, 0])
+    gi = g_lo + gl.arange(0, GPS, layout=gl.SliceLayout(1, L))
+    mi = gl.minimum(gl.arange(0, BM, layout=gl.SliceLayout(0, L)), M - 1)
+    x = gl.load(x_ptr + (part * M + mi)[None, :] * G + gi[:, None], mask=(gi < g_hi)[:, None], other=0.0)
+    x_s = gl.allocate_shared_memory(gl.float32, [GPS, BM], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]), x)
+    return x_s._reinterpret(gl.float32, [GPS, BM], gl.SwizzledSharedLayout(1, 1, 1, [0]))  # indexable by group
 
 
 @gluon.jit
@@ -160,7 +168,7 @@ def _w4a8_mma2_kernel(
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
-    K8: gl.constexpr = False, STAGES: gl.constexpr = 0, ABLATE: gl.constexpr = 0,
+    K8: gl.constexpr = False, STAGES: gl.constexpr = 0, GPS: gl.constexpr = 1, ABLATE: gl.constexpr = 0,
 ):
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
@@ -184,8 +192,9 @@ def _w4a8_mma2_kernel(
             mbarrier.init(ring[3].index(i), count=1)
         for i in gl.static_range(STAGES):
             _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi)
-        w_ptrs = wq_ptr
-        a_ptrs = a_ptr
+        rs_s = _rows_to_shared(rs_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW)
+        as_s = _rows_to_shared(as_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW) if GROUP_AS else rs_s
+        _barrier()
     else:  # B fragments: words [SLOTS, BN]; slot s of a half-group: word row (s % 4KW) // KW + 4 (s // 4KW)
         sb = gl.arange(0, SLOTS, layout=gl.SliceLayout(1, LB))
         nb = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
@@ -210,22 +219,20 @@ def _w4a8_mma2_kernel(
     rs_rows = rs_ptr + part * M * G + rows * G
     ZO: gl.constexpr = 8 if K8 else 0  # z - o = d + ZO (sz's high half is d = z - 8)
     acc = gl.zeros([BM, BN], gl.float32, MMA)
-    sz_ptrs = sz_ptr if STAGES else sz_ptr + no
-    if PF >= 1:  # group g + PF's loads are issued before group g's MMAs
-        f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo, g_lo < g_hi, GROUP_AS, STAGES)
-    if PF == 2:
-        fb = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo + 1, g_lo + 1 < g_hi, GROUP_AS,
-                        STAGES)
+    if not STAGES:
+        sz_ptrs = sz_ptr + no
+        if PF >= 1:  # group g + PF's loads are issued before group g's MMAs
+            f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo, g_lo < g_hi, GROUP_AS)
+        if PF == 2:
+            fb = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo + 1, g_lo + 1 < g_hi,
+                            GROUP_AS)
     for g in range(g_lo, g_hi):
-        if PF == 0:
-            f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, GROUP_AS, STAGES)
-        else:
-            fn = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, GROUP_AS,
-                            STAGES)
         if STAGES:
-            rs, ag = f
-            st = (g - g_lo) % STAGES
-            mbarrier.wait(ring[3].index(st), ((g - g_lo) // STAGES) & 1)
+            rel = g - g_lo
+            rs = rs_s.index(rel).load(gl.SliceLayout(1, MMA))
+            ag = as_s.index(rel).load(gl.SliceLayout(1, MMA))
+            st = rel % STAGES
+            mbarrier.wait(ring[3].index(st), (rel // STAGES) & 1)
             w0 = _staged(ring[0].index(st), 0, LB, KW, 1)
             w1 = _staged(ring[0].index(st), 1, LB, KW, 1)
             a0 = _staged(ring[1].index(st), 0, LA, KW, 0)
@@ -234,6 +241,10 @@ def _w4a8_mma2_kernel(
             _barrier()  # every warp holds stage st's words: TMA refills it with group g + STAGES
             _tiles_to_shared(descs, ring, st, g + STAGES, part * M, n0, N, g + STAGES < g_hi)
         else:
+            if PF == 0:
+                f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, GROUP_AS)
+            else:
+                fn = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, GROUP_AS)
             w0, w1, a0, a1, sz, rs, ag = f
         if ABLATE == 1:  # bench only (wrong results): the words consumed, no operands, MMAs or fold
             wsum = gl.convert_layout(gl.sum(w0 ^ w1, axis=0), gl.SliceLayout(0, MMA)) + sz

@@ -468,16 +468,13 @@ DECODE = {
     "mma2p2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=2),
     "mma8p": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True),
     "mma8n64p": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True),
-    "mma2t": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, ring=4),
-    "mma2n64t": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, ring=4),
-    "mma8t": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True, ring=4),
-    "mma8n64t": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True,
+    "mma2t": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, ring=4),
+    "mma2n64t": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, ring=4),
+    "mma8t": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, k8=True, ring=4),
+    "mma8n64t": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, k8=True,
                       ring=4),
-    "mma8n64t6": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True,
+    "mma8n64t6": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, k8=True,
                        ring=6),
-    "mma8n64t2": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=2, k8=True,
-                       ring=4),
-    "mma2n64t2": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=2, ring=4),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -607,8 +604,9 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     elif cfg["k8"] or cfg["ring"]:
         raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA weight stages) are knobs of the "
                          "mma2 kernel")
-    if cfg["ring"] not in (0, 2, 3, 4, 5, 6, 8):
-        raise ValueError(f"w4a8_gemm config: ring (TMA stages of weight tiles: 0 = none, 2-8) got {cfg['ring']!r}")
+    if cfg["ring"] not in (0, 2, 3, 4, 5, 6, 8) or (cfg["ring"] and cfg["pf"]):
+        raise ValueError(f"w4a8_gemm config: ring (TMA stages of the group tiles: 0 = none, 2-8; pf 0 with a ring) "
+                         f"got ring={cfg['ring']!r}, pf={cfg['pf']!r}")
     if cfg["ablate"] not in ABLATIONS:
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
     if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"] or cfg["mma2"]):
@@ -732,7 +730,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
     if cfg["mma2"]:
-        constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]])
+        constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]],
+                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1)
         if cfg["ring"]:
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
