@@ -226,7 +226,7 @@ flat = lambda rank: gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=
 for int8, pf, k8, st in ((False, 2, False, 0), (True, 0, False, 0), (False, 1, True, 0), (True, 2, True, 0),
                          (True, 1, True, 4), (False, 1, False, 4)):
     ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=16, BN=64, BK=128, PF=0 if st else pf, K8=k8,
-              STAGES=st, GPS=16, ABLATE=0, CPA=0)
+              STAGES=st, GPS=16, ABLATE=0)
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     if st:

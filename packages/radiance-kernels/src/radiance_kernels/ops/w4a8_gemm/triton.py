@@ -584,8 +584,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", rw=4, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False, wgmma=False, ring=0,
-                cpa=0)
+                apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False, wgmma=False, ring=0, cpa=0)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
