@@ -43,7 +43,7 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -101,17 +101,11 @@ def _operands(a, w, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr):
 
 
 @gluon.jit
-def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, GROUP_AS: gl.constexpr,
-               CPA: gl.constexpr = 0):
-    """Everything group g's step reads, zeros if not valid: weight words (halves 0 / 1, B fragments; not with CPA:
-    0), activation words (A fragments), the weights' scale / zero words, the activations' row sums and (GROUP_AS)
-    scales."""
-    if CPA:
-        w0 = 0
-        w1 = 0
-    else:
-        w0 = gl.load(w_ptrs + g * 16 * N, mask=valid, other=0)
-        w1 = gl.load(w_ptrs + (g * 16 + 8) * N, mask=valid, other=0)
+def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, GROUP_AS: gl.constexpr):
+    """Everything group g's step reads, zeros if not valid: weight words (halves 0 / 1, B fragments), activation
+    words (A fragments), the weights' scale / zero words, the activations' row sums and (GROUP_AS) scales."""
+    w0 = gl.load(w_ptrs + g * 16 * N, mask=valid, other=0)
+    w1 = gl.load(w_ptrs + (g * 16 + 8) * N, mask=valid, other=0)
     a0 = gl.load(a_ptrs + g * 16, mask=valid, other=0)
     a1 = gl.load(a_ptrs + g * 16 + 8, mask=valid, other=0)
     sz = gl.load(sz_ptrs + g * N, mask=mask_n & valid, other=0)
@@ -175,7 +169,6 @@ def _w4a8_mma2_kernel(
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
     K8: gl.constexpr = False, STAGES: gl.constexpr = 0, GPS: gl.constexpr = 1, ABLATE: gl.constexpr = 0,
-    CPA: gl.constexpr = 0,
 ):
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
@@ -229,26 +222,11 @@ def _w4a8_mma2_kernel(
     if not STAGES:
         sz_ptrs = sz_ptr + no
         if PF >= 1:  # group g + PF's loads are issued before group g's MMAs
-            f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo, g_lo < g_hi, GROUP_AS, CPA)
+            f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo, g_lo < g_hi, GROUP_AS)
         if PF == 2:
             fb = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g_lo + 1, g_lo + 1 < g_hi,
-                            GROUP_AS, CPA)
-    if CPA:  # the weight words by cp.async into a ring of CPA stages, each thread copying the words it reads
-        L1B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=1)
-        rc = gl.arange(0, 16, layout=gl.SliceLayout(1, L1B))
-        nc = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, L1B))
-        wc_ptrs = wq_ptr + rc[:, None] * N + gl.minimum(nc, N - 1)[None, :]
-        wc = gl.allocate_shared_memory(gl.int32, [CPA, 16, BN], gl.SwizzledSharedLayout(8, 1, 4, [1, 0]))
-        for i in gl.static_range(CPA - 1):
-            async_copy.async_copy_global_to_shared(wc.index(i), wc_ptrs + (g_lo + i) * 16 * N, mask=g_lo + i < g_hi)
-            async_copy.commit_group()
+                            GROUP_AS)
     for g in range(g_lo, g_hi):
-        if CPA:
-            rel = g - g_lo
-            async_copy.async_copy_global_to_shared(wc.index((rel + CPA - 1) % CPA), wc_ptrs + (g + CPA - 1) * 16 * N,
-                                                   mask=g + CPA - 1 < g_hi)
-            async_copy.commit_group()
-            async_copy.wait_group(CPA - 1)
         if STAGES:
             rel = g - g_lo
             rs = rs_s.index(rel).load(gl.SliceLayout(1, MMA))
@@ -264,14 +242,10 @@ def _w4a8_mma2_kernel(
             _tiles_to_shared(descs, ring, st, g + STAGES, part * M, n0, N, g + STAGES < g_hi)
         else:
             if PF == 0:
-                f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, GROUP_AS, CPA)
+                f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, GROUP_AS)
             else:
-                fn = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, GROUP_AS,
-                                CPA)
+                fn = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, GROUP_AS)
             w0, w1, a0, a1, sz, rs, ag = f
-            if CPA:  # the fragments' weight words: from this thread's own copies
-                w0 = _staged(wc.index(rel % CPA), 0, LB, KW, 1)
-                w1 = _staged(wc.index(rel % CPA), 1, LB, KW, 1)
         if ABLATE == 1:  # bench only (wrong results): the words consumed, no operands, MMAs or fold
             wsum = gl.convert_layout(gl.sum(w0 ^ w1, axis=0), gl.SliceLayout(0, MMA)) + sz
             asum = gl.convert_layout(gl.sum((a0 ^ a1).to(gl.int32), axis=1), gl.SliceLayout(1, MMA))

@@ -439,7 +439,7 @@ def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
     return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
-                gemv=False, mma2=False, pf=0, k8=False, rw=4, ring=0, cpa=0) | knobs
+                gemv=False, mma2=False, pf=0, k8=False, rw=4, ring=0) | knobs
 
 
 DECODE = {
@@ -475,11 +475,6 @@ DECODE = {
                       ring=4),
     "mma8n64t6": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, k8=True,
                        ring=6),
-    "mma2c": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, cpa=4),
-    "mma2n64c": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, cpa=4),
-    "mma8c": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, pf=1, k8=True, cpa=4),
-    "mma8n64c": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, pf=1, k8=True,
-                      cpa=4),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -545,7 +540,7 @@ BLOCKWISE_DEFAULT = "blockwise"
 #: group ZPE qkv 577 / 422, gate_up 597 / 443; int5 e4m3 group (call 48) qkv 519 / 409 (docs/PERFORMANCE.md).
 WGMMA_DEFAULT = "wgmmam64"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
-         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma", "ring", "cpa"}
+         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma", "ring"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -584,7 +579,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", rw=4, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
-                apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False, wgmma=False, ring=0, cpa=0)
+                apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False, wgmma=False, ring=0)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -606,12 +601,9 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
                 cfg["ablate"] not in ("none", "nodot", "nofold"):
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / swap / apre / gemv / ablate but nodot, "
                              "nofold")
-    elif cfg["k8"] or cfg["ring"] or cfg["cpa"]:
+    elif cfg["k8"] or cfg["ring"]:
         raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA weight stages) are knobs of the "
                          "mma2 kernel")
-    if cfg["cpa"] not in (0, 2, 3, 4, 6, 8) or (cfg["cpa"] and cfg["ring"]):
-        raise ValueError(f"w4a8_gemm config: cpa (cp.async stages of the weight words: 0 = none, 2-8; not with a "
-                         f"ring) got cpa={cfg['cpa']!r}, ring={cfg['ring']!r}")
     if cfg["ring"] not in (0, 2, 3, 4, 5, 6, 8) or (cfg["ring"] and cfg["pf"]):
         raise ValueError(f"w4a8_gemm config: ring (TMA stages of the group tiles: 0 = none, 2-8; pf 0 with a ring) "
                          f"got ring={cfg['ring']!r}, pf={cfg['pf']!r}")
@@ -739,7 +731,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
     if cfg["mma2"]:
         constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]],
-                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, CPA=cfg["cpa"])
+                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1)
         if cfg["ring"]:
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
