@@ -233,11 +233,14 @@ def _w4a8_mma2_kernel(
             ag = as_s.index(rel).load(gl.SliceLayout(1, MMA))
             st = rel % STAGES
             mbarrier.wait(ring[3].index(st), (rel // STAGES) & 1)
-            w0 = _staged(ring[0].index(st), 0, LB, KW, 1)
-            w1 = _staged(ring[0].index(st), 1, LB, KW, 1)
-            a0 = _staged(ring[1].index(st), 0, LA, KW, 0)
-            a1 = _staged(ring[1].index(st), 1, LA, KW, 0)
-            sz = ring[2].index(st).load(gl.SliceLayout(0, MMA))
+            if ABLATE == 4:  # bench only (wrong results): the ring alone, no fragment read
+                sz = gl.zeros([BN], gl.int32, gl.SliceLayout(0, MMA)) + rel
+            else:
+                w0 = _staged(ring[0].index(st), 0, LB, KW, 1)
+                w1 = _staged(ring[0].index(st), 1, LB, KW, 1)
+                a0 = _staged(ring[1].index(st), 0, LA, KW, 0)
+                a1 = _staged(ring[1].index(st), 1, LA, KW, 0)
+                sz = ring[2].index(st).load(gl.SliceLayout(0, MMA))
             _barrier()  # every warp holds stage st's words: TMA refills it with group g + STAGES
             _tiles_to_shared(descs, ring, st, g + STAGES, part * M, n0, N, g + STAGES < g_hi)
         else:
@@ -246,7 +249,9 @@ def _w4a8_mma2_kernel(
             else:
                 fn = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, GROUP_AS)
             w0, w1, a0, a1, sz, rs, ag = f
-        if ABLATE == 1:  # bench only (wrong results): the words consumed, no operands, MMAs or fold
+        if ABLATE == 4:
+            acc += (sz[None, :] + rs[:, None]).to(gl.float32)
+        elif ABLATE == 1:  # bench only (wrong results): the words consumed, no operands, MMAs or fold
             wsum = gl.convert_layout(gl.sum(w0 ^ w1, axis=0), gl.SliceLayout(0, MMA)) + sz
             asum = gl.convert_layout(gl.sum((a0 ^ a1).to(gl.int32), axis=1), gl.SliceLayout(1, MMA))
             acc += (wsum[None, :] + asum[:, None]).to(gl.float32) + (rs + ag)[:, None]

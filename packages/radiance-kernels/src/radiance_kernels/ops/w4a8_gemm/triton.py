@@ -475,6 +475,10 @@ DECODE = {
                       ring=4),
     "mma8n64t6": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, k8=True,
                        ring=6),
+    "mma8n64t2": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, k8=True,
+                       ring=2),
+    "mma8n64t8": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, k8=True,
+                       ring=8),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -485,7 +489,7 @@ DECODE = {
 GEMV_MAX_M = 2
 GEMV_BM_MAX = 16  # the kernel's token tile limit (registers)
 GEMV_DEFAULT = "gemv_o8"
-ABLATIONS = {"none": 0, "nodot": 1, "noload": 2, "nofold": 3}
+ABLATIONS = {"none": 0, "nodot": 1, "noload": 2, "nofold": 3, "ring": 4}
 #: H200 call 6 (Triton 3.6, int4, e4m3 per-group, M=8, us; nib8x / nib8xpr): qkv 42.4 / 28.5, o_proj
 #: 27.0 / 21.0, gate_up 86.8 / 65.5, down 54.8 / 36.9 — best or within 9 % of the best config on every
 #: shape (nib8p wins o_proj / down / out_proj by 1.6-1.8 us; the tuned table picks it there).
@@ -598,9 +602,9 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         if band != "decode" or M > 16:
             raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
         if cfg["dot16"] or cfg["nib8"] or cfg["swap"] or cfg["apre"] or cfg["gemv"] or \
-                cfg["ablate"] not in ("none", "nodot", "nofold"):
+                cfg["ablate"] not in ("none", "nodot", "nofold", "ring") or (cfg["ablate"] == "ring") > bool(cfg["ring"]):
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / swap / apre / gemv / ablate but nodot, "
-                             "nofold")
+                             "nofold, ring (ring configs)")
     elif cfg["k8"] or cfg["ring"]:
         raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA weight stages) are knobs of the "
                          "mma2 kernel")
