@@ -602,7 +602,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         if band != "decode" or M > 16:
             raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
         if cfg["dot16"] or cfg["nib8"] or cfg["swap"] or cfg["apre"] or cfg["gemv"] or \
-                cfg["ablate"] not in ("none", "nodot", "nofold", "ring") or (cfg["ablate"] == "ring") > bool(cfg["ring"]):
+                cfg["ablate"] not in ("none", "nodot", "nofold", "ring" if cfg["ring"] else "none"):
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / swap / apre / gemv / ablate but nodot, "
                              "nofold, ring (ring configs)")
     elif cfg["k8"] or cfg["ring"]:
