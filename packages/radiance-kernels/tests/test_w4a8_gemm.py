@@ -192,7 +192,7 @@ def test_split_reduction_width_is_bit_exact(name, device):
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
 @pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8p", "mma8n64p", "mma8p:pf0", "mma8p:pf2",
-                                  "mma2t", "mma8n64t", "mma8n64t6"])
+                                  "mma2t", "mma8n64t", "mma8n64t2", "mma2n64t2o12"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5)])
 def test_mma2_configs(name, elem, grouped, M):
@@ -654,7 +654,8 @@ def test_mma2_full_shapes(proj):
     for M, elem, grouped, name in ((8, "e4m3", True, "mma2n64p"), (16, "int8", False, "mma2p"),
                                    (3, "e4m3", False, "mma2"), (8, "int8", True, "mma8p"),
                                    (16, "int8", False, "mma8n64p"), (4, "e4m3", True, "mma8p"),
-                                   (8, "int8", True, "mma8n64t"), (5, "e4m3", True, "mma2t")):
+                                   (8, "int8", True, "mma8n64t"), (5, "e4m3", True, "mma2t"),
+                                   (16, "int8", False, "mma8n64t2o12"), (3, "e4m3", True, "mma2t2")):
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
         out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")

@@ -32,7 +32,7 @@ DECODE_M = (1, 8, 16)
 #: fold ("nodot": the fragments' words consumed) / without the scale fold
 ABLATE_CONFIGS = {**dict.fromkeys(("nib8x", "nib8xpr", "swap"), ("nodot", "noload")),
                   **dict.fromkeys(("mma8n64p", "mma8n64t", "mma2t"), ("nodot", "nofold")),
-                  **dict.fromkeys(("mma8n64t2", "mma8n64t", "mma8n64t6", "mma8n64t8", "mma2t"), ("ring",))}
+                  **dict.fromkeys(("mma8n64t2", "mma2t"), ("ring",))}
 INT8_MMA = "nib8xpr"  # the tensor-core loop (int8 as exact fp16) the int8 gemv configs are timed against
 PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
 #: (act label, element, granularity, zpe); ``kernelbench.tune`` keys its table by the element
