@@ -357,6 +357,18 @@ def test_mma2_refuses_where_it_cannot_run(device):
         impl.config(17, 256, 256, "decode", True, impl.DECODE["mma2"])
 
 
+def test_mma2_ring_knobs_are_checked():
+    """The TMA ring is an mma2 knob with a valid depth, no register prefetch beside it, and its own ablation."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    ring = impl.DECODE["mma8n64t2"]
+    assert impl.config(8, 512, 1024, "decode", False, ring)["ring"] == 2
+    for bad, match in (({"ring": 7}, "ring"), ({"pf": 1}, "pf 0 with a ring"), ({"mma2": False}, "knobs of the mma2"),
+                       ({"ring": 0, "ablate": "ring"}, "ablate")):
+        with pytest.raises(ValueError, match=match):
+            impl.config(8, 512, 1024, "decode", False, {**ring, **bad})
+
+
 def test_decode_runs_gemv_by_default(monkeypatch, device):
     """Both activation elements at M <= GEMV_MAX_M take the gemv kernel with no cfg, above it the MMA kernel."""
     from radiance_kernels.ops.w4a8_gemm import gemv

@@ -3,8 +3,8 @@
 ``decode_variants``: every config of ``w4a8_gemm.triton.DECODE`` at M = 1, 8, 16 on each TP=1 shape with e4m3
 activations, the gemv and mma2 configs and :data:`INT8_MMA` also with int8 ones (rows marked ``act``), then
 the ablation rows ``"<config>:nodot"`` (loads + unpack, no MMA; mma2: no unpack either), ``"<config>:noload"``
-(unpack + MMA, no weight loads) and ``"<config>:nofold"`` (mma2: no scale fold) for :data:`ABLATE_CONFIGS` — what
-limits a config, by removing one part; their outputs are
+(unpack + MMA, no weight loads), ``"<config>:nofold"`` (mma2: no scale fold) and ``"<config>:ring"`` (mma2 ring
+configs: the TMA ring alone) for :data:`ABLATE_CONFIGS` — what limits a config, by removing one part; their outputs are
 wrong by design, so their ``rel_vs_first`` is not a check (``ablation`` = True on those rows);
 ``prefill_variants``: every config of ``PREFILL`` at M = 2048 on three shapes, once per activation format
 of :data:`PREFILL_ACTS` (e4m3 per-group, the served decode format; int8 per-group with the zero-point
@@ -28,11 +28,11 @@ from radiance_kernels.ops.w4a8_gemm import triton as w4
 from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
-#: the configs with ablation rows, and theirs: nib8 loops without MMA / weight loads; mma2 without operands, MMAs and
-#: fold ("nodot": the fragments' words consumed) / without the scale fold
-ABLATE_CONFIGS = {**dict.fromkeys(("nib8x", "nib8xpr", "swap"), ("nodot", "noload")),
-                  **dict.fromkeys(("mma8n64p", "mma8n64t", "mma2t"), ("nodot", "nofold")),
-                  **dict.fromkeys(("mma8n64t2", "mma2t"), ("ring",))}
+#: the configs with ablation rows, and theirs: nib8 loops without MMA / weight loads; mma2 without the scale fold, and
+#: its ring configs also without operands, MMAs and fold ("nodot": the fragments' words consumed) and as the TMA ring
+#: alone ("ring")
+ABLATE_CONFIGS = {**dict.fromkeys(("nib8x", "nib8xpr", "swap"), ("nodot", "noload")), "mma8n64p": ("nofold",),
+                  **dict.fromkeys(("mma8n64t2", "mma2t2"), ("nodot", "nofold", "ring"))}
 INT8_MMA = "nib8xpr"  # the tensor-core loop (int8 as exact fp16) the int8 gemv configs are timed against
 PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
 #: (act label, element, granularity, zpe); ``kernelbench.tune`` keys its table by the element

@@ -431,10 +431,17 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: fp16 MMAs, so e4m3 stays on "mma2*"). H200 call 40 (int8 group, us, mma8n64p vs the best fp16-operand config): qkv
 #: M = 8 19.5 vs 27.1, gate_up 44.3 vs 58.3, down 23.5 vs 35.9, o_proj 13.1 vs 16.2; at M = 2 it also beats the gemv
 #: configs on all but gate_up (qkv 18.4 vs 22.8), at M = 1 on down and in_proj.
+#: "*t*" (``ring``, sm_90): the same kernels with the weight, activation and scale words brought by TMA into a ring of
+#: ``ring`` group tiles (:mod:`.mma2`); "t2" two stages, "o12" 12 programs per SM. H200 call 62 (M = 8, us, best ring /
+#: best register-fed config): e4m3 gate_up 42.7 / 49.8, down 24.5 / 33.4, qkv 20.4 / 23.0; int8 gate_up 38.4 / 43.4,
+#: down 21.7 / 22.6, o_proj 12.1 / 12.0. Measured and removed: 6- and 8-stage rings (slower everywhere, calls 58, 61),
+#: the row inputs two groups ahead beside a weight-only ring (call 56), a cp.async ring of the weight words (each
+#: thread copying its own: slower on every row, call 60).
 #: Splits: "occ" aims at occ programs per SM, otherwise
-#: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; nib8 loops, BM=16 i.e. M <= 16): "nodot" weight
-#: loads + unpack with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight
-#: stream) (:data:`ABLATIONS`).
+#: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; M <= 16): nib8 loops: "nodot" weight loads + unpack
+#: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight stream); mma2:
+#: "nodot" the fragments' words consumed with no operands, MMAs or fold, "nofold" no scale fold, "ring" (ring configs)
+#: the TMA ring alone, no fragment read (:data:`ABLATIONS`).
 def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
