@@ -33,8 +33,8 @@ groups ahead all of these are loaded. ``STAGES`` (sm_90; ``a`` / ``wq`` / ``sz``
 and the split's row sums / scales are staged in shared memory once (``GPS`` groups at most): the loop issues no
 global load, which each refill's proxy fence (``MEMBAR``) would otherwise wait for. One CTA barrier per group frees
 the stage just read (Gluon adds one around each TMA issue). H200 calls 58-62: the ring alone (ablation "ring")
-streams gate_up's 89 MB in 24.7 us at any depth 2-6; the whole kernel is fastest at depth 2 (deeper rings lost
-everywhere, 8 most), 1.05-1.2x the register-fed loads on the large shapes.
+streams gate_up's codes and scales at 0.88-0.90 of the read ceiling at depths 2-6; the whole kernel is fastest at
+depth 2 (deeper rings lost everywhere, 8 most), 1.02-1.39x the register-fed loads on the large shapes.
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens x ``BN`` columns, warps side by side along N; splits and the split-order

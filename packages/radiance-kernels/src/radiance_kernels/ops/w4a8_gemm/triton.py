@@ -433,7 +433,7 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: configs on all but gate_up (qkv 18.4 vs 22.8), at M = 1 on down and in_proj.
 #: "*t*" (``ring``, sm_90): the same kernels with the weight, activation and scale words brought by TMA into a ring of
 #: ``ring`` group tiles (:mod:`.mma2`); "t2" two stages, "o12" 12 programs per SM. H200 call 62 (M = 8, us, best ring /
-#: best register-fed config): e4m3 gate_up 42.7 / 49.8, down 24.5 / 33.4, qkv 20.4 / 23.0; int8 gate_up 38.4 / 43.4,
+#: best register-fed config): e4m3 gate_up 42.7 / 49.8, down 24.5 / 32.6, qkv 20.4 / 23.0; int8 gate_up 38.4 / 43.4,
 #: down 21.7 / 22.6, o_proj 12.1 / 12.0. Measured and removed: 6- and 8-stage rings (slower everywhere, calls 58, 61),
 #: the row inputs two groups ahead beside a weight-only ring (call 56), a cp.async ring of the weight words (each
 #: thread copying its own: slower on every row, call 60).
