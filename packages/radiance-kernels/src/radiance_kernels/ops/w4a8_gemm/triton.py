@@ -614,7 +614,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / swap / apre / gemv / ablate but nodot, "
                              "nofold, ring (ring configs)")
     elif cfg["k8"] or cfg["ring"]:
-        raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA weight stages) are knobs of the "
+        raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA operand stages) are knobs of the "
                          "mma2 kernel")
     if cfg["ring"] not in (0, 2, 3, 4, 5, 6, 8) or (cfg["ring"] and cfg["pf"]):
         raise ValueError(f"w4a8_gemm config: ring (TMA stages of the group tiles: 0 = none, 2-8; pf 0 with a ring) "
