@@ -30,6 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from radiance_kernels.ops.mxfp4_gemm.triton import _mxfp4_kernel
+from radiance_kernels.ops.w4a8_gemm import tma_tiles
 from radiance_kernels.ops.w4a8_gemm import triton as w4
 from radiance_kernels.ops.w4a8_gemm.gemv import _w4a8_gemv_kernel
 from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel
@@ -47,13 +48,11 @@ def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8
                  maxnreg: int | None = None):
     a8 = "*i8" if int8 else "*u8"  # the activations' and any 8-bit weight operand's (predeq) element
     types = {**TYPES, "a_ptr": a8, "w8_ptr": a8, **({"wq_ptr": a8} if constexprs.get("PREDEQ") else {})}
-    if constexprs.get("STAGES"):  # the mma2 ring: wq, sz as TMA descriptors (mma2.ring_descriptors)
-        flat = lambda rank: gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=rank)  # noqa: E731
-        from radiance_kernels.ops.w4a8_gemm.mma2 import ACT_LAYOUT
-
-        types |= {"a_ptr": f"tensordesc<i64[16, 16],{ACT_LAYOUT!r}>",
-                  "wq_ptr": f"tensordesc<i32[16, {constexprs['BN']}],{flat(2)!r}>",
-                  "sz_ptr": f"tensordesc<i32[{constexprs['BN']}],{flat(1)!r}>"}
+    if constexprs.get("STAGES"):  # the mma2 ring: a, wq, sz as TMA descriptors (mma2.ring_descriptors)
+        bn = constexprs["BN"]
+        types |= {"a_ptr": f"tensordesc<i64[16, 16],{tma_tiles.layout([16, 16], gl.int64)!r}>",
+                  "wq_ptr": f"tensordesc<i32[16, {bn}],{tma_tiles.layout([16, bn], gl.int32, False)!r}>",
+                  "sz_ptr": f"tensordesc<i32[{bn}],{tma_tiles.layout([bn], gl.int32, False)!r}>"}
     sig = {n: "constexpr" if n in constexprs else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     if kernel is _mxfp4_kernel:

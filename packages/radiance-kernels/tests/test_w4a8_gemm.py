@@ -197,8 +197,8 @@ def test_split_reduction_width_is_bit_exact(name, device):
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5)])
 def test_mma2_configs(name, elem, grouped, M):
     """The register-fed mma.sync decode kernel at 3 splits, P = 2, ragged N == reference (exact operands, fp32 /
-    int32 sums: only the summation order differs), both operand kinds (fp16; 8-bit: mma8*), the weights from global
-    memory or by TMA (*t: a ring deeper than a split's two groups, 6 stages too)."""
+    int32 sums: only the summation order differs), both operand kinds (fp16; 8-bit: mma8*), the operands from global
+    memory or by TMA (*t: rings of 4 and 2 stages; a split of two groups leaves the 4-stage ring half unfilled)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, K, N, bounds = 2, 640, 400, [0, 128, 400]
@@ -222,7 +222,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel as kernel
 out = []
 from triton.experimental.gluon import language as gl
-flat = lambda rank: gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=rank)
+from radiance_kernels.ops.w4a8_gemm.tma_tiles import layout
 for int8, pf, k8, st in ((False, 2, False, 0), (True, 0, False, 0), (False, 1, True, 0), (True, 2, True, 0),
                          (True, 1, True, 4), (False, 1, False, 4)):
     ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=16, BN=64, BK=128, PF=0 if st else pf, K8=k8,
@@ -230,9 +230,9 @@ for int8, pf, k8, st in ((False, 2, False, 0), (True, 0, False, 0), (False, 1, T
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     if st:
-        from radiance_kernels.ops.w4a8_gemm.mma2 import ACT_LAYOUT
-        types |= {"a_ptr": f"tensordesc<i64[16, 16],{ACT_LAYOUT!r}>", "wq_ptr": f"tensordesc<i32[16, 64],{flat(2)!r}>",
-                  "sz_ptr": f"tensordesc<i32[64],{flat(1)!r}>"}
+        types |= {"a_ptr": f"tensordesc<i64[16, 16],{layout([16, 16], gl.int64)!r}>",
+                  "wq_ptr": f"tensordesc<i32[16, 64],{layout([16, 64], gl.int32, False)!r}>",
+                  "sz_ptr": f"tensordesc<i32[64],{layout([64], gl.int32, False)!r}>"}
     sig = {n: "constexpr" if n in ce else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce),
@@ -291,12 +291,13 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
+from radiance_kernels.ops.w4a8_gemm.tma_tiles import layout
 from radiance_kernels.ops.w4a8_gemm.wgmma import _w4a8_wgmma_kernel as kernel
 out = []
 for int8, grouped, BM, nw in ((True, True, 128, 8), (False, False, 64, 4)):
     el, gel = ("i8", gl.int8) if int8 else ("fp8e4nv", gl.float8e4nv)
-    lay = lambda rows: gl.NVMMASharedLayout.get_default_for([rows, 128], gel)
-    lsc = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+    lay = lambda rows: layout([rows, 128], gel)
+    lsc = layout([128], gl.float32, False)
     ce = dict(INT8=int8, GROUP_AS=grouped, BM=BM, BN=128, STAGES=4, GROUP_M=8, BK=128, ZFOLD=int8)
     types = {"a_desc": f"tensordesc<{el}[{BM}, 128],{lay(BM)!r}>", "w_desc": f"tensordesc<{el}[128, 128],{lay(128)!r}>",
              "sc_desc": f"tensordesc<fp32[128],{lsc!r}>", "as_ptr": "*fp32", "rs_ptr": "*fp32", "out_ptr": "*bf16"}

@@ -50,9 +50,9 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from radiance_kernels.ops.w4a8_gemm import tma_tiles
+
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
-#: the ring's activation tiles: [16 rows, 16 int64 words], 128-byte swizzled
-ACT_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=64, rank=2)
 #: e4m3 of the codes 0..7 and 8..15, bytes little-endian: prmt's tables (two registers each)
 _E4M3_TABLES = "mov.b32 t0, 0x44403800; mov.b32 t1, 0x4E4C4A48; mov.b32 t2, 0x53525150; mov.b32 t3, 0x57565554;"
 
@@ -312,7 +312,5 @@ def ring_descriptors(a: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, BN: in
     ``[16, BN]`` tiles, ``sz [G, N]`` words flat in ``[BN]`` tiles (unswizzled)."""
     P, M, K = a.shape
     words = a.reshape(P * M, K).view(torch.int64)
-    flat = lambda rank: gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=rank)  # noqa: E731
-    return (TensorDescriptor(words, list(words.shape), list(words.stride()), [16, 16], ACT_LAYOUT),
-            TensorDescriptor(wq, list(wq.shape), list(wq.stride()), [16, BN], flat(2)),
-            TensorDescriptor(sz.view(-1), [sz.numel()], [1], [BN], flat(1)))
+    return (tma_tiles.descriptor(words, [16, 16], gl.int64), tma_tiles.descriptor(wq, [16, BN], gl.int32, False),
+            tma_tiles.descriptor(sz.view(-1), [BN], gl.int32, False))

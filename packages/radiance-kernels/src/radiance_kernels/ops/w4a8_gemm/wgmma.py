@@ -32,9 +32,9 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from radiance_kernels.backends import triton_interpreted
+from radiance_kernels.ops.w4a8_gemm import tma_tiles
 from radiance_kernels.ops.w4a8_gemm.reference import GROUP
 
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
@@ -223,14 +223,6 @@ def unsupported(device, K: int) -> str | None:
     return None
 
 
-def _descriptor(x: torch.Tensor, block: list[int], dtype, swizzle: bool = True) -> TensorDescriptor:
-    if swizzle:
-        layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
-    else:
-        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=dtype.primitive_bitwidth, rank=len(block))
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
-
-
 def zero_folds(bits: int, int8: bool) -> bool:
     """Whether the weight operand carries the zero point (``q - z``) exactly: as int8 always (``|q - z| <= 31``), as
     e4m3 for int4 (``<= 15``); then the fold has no row-sum term."""
@@ -251,9 +243,9 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
         el, gel = torch.int8, gl.int8
     else:
         el, gel = torch.float8_e4m3fn, gl.float8e4nv
-    a_desc = _descriptor(A.view(P * M, K).view(el), [cfg["BM"], GROUP], gel)
-    w_desc = _descriptor(w8.view(el), [cfg["BN"], GROUP], gel)
-    sc_desc = _descriptor(sc.view(-1), [cfg["BN"]], gl.float32, swizzle=False)
+    a_desc = tma_tiles.descriptor(A.view(P * M, K).view(el), [cfg["BM"], GROUP], gel)
+    w_desc = tma_tiles.descriptor(w8.view(el), [cfg["BN"], GROUP], gel)
+    sc_desc = tma_tiles.descriptor(sc.view(-1), [cfg["BN"]], gl.float32, swizzle=False)
     b = list(bounds) + [N] * (4 - len(bounds))
     grid = (-(-M // cfg["BM"]) * -(-N // cfg["BN"]),)
     _w4a8_wgmma_kernel[grid](
