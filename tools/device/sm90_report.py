@@ -49,8 +49,8 @@ def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8
     a8 = "*i8" if int8 else "*u8"  # the activations' and any 8-bit weight operand's (predeq) element
     types = {**TYPES, "a_ptr": a8, "w8_ptr": a8, **({"wq_ptr": a8} if constexprs.get("PREDEQ") else {})}
     if constexprs.get("STAGES"):  # the mma2 ring: a, wq, sz as TMA descriptors (mma2.ring_descriptors)
-        bn = constexprs["BN"]
-        types |= {"a_ptr": f"tensordesc<i64[16, 16],{tma_tiles.layout([16, 16], gl.int64)!r}>",
+        bm, bn = constexprs["BM"], constexprs["BN"]
+        types |= {"a_ptr": f"tensordesc<i64[{bm}, 16],{tma_tiles.layout([bm, 16], gl.int64)!r}>",
                   "wq_ptr": f"tensordesc<i32[16, {bn}],{tma_tiles.layout([16, bn], gl.int32, False)!r}>",
                   "sz_ptr": f"tensordesc<i32[{bn}],{tma_tiles.layout([bn], gl.int32, False)!r}>"}
     sig = {n: "constexpr" if n in constexprs else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
@@ -175,11 +175,13 @@ def gemv_variants(name: str, knobs: dict) -> list:
 def mma2_variants(name: str, knobs: dict) -> list:
     """The register-fed mma.sync decode kernel (:mod:`w4a8_gemm.mma2`, Gluon), int4 at M = 16, both activation
     elements per-group."""
-    cfg = w4.config(16, 14336, 5120, "decode", False, knobs)
+    cfg = w4.config(8 if knobs.get("swap") else 16, 14336, 5120, "decode", False, knobs)
     out = []
     for int8 in (False, True):
-        ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=16, BN=cfg["BN"], BK=GROUP,
-                  PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], GPS=16 if cfg["ring"] else 1, ABLATE=0)
+        ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=cfg["BM"], BN=cfg["BN"],
+                  BK=GROUP,
+                  PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], GPS=16 if cfg["ring"] else 1, ABLATE=0,
+                  SWAP=cfg["swap"])
         opts = dict(num_warps=cfg["num_warps"], num_stages=1, maxnreg=cfg["maxnreg"], int8=int8)
         out.append((f"w4a8 decode {name} int4 {'int8' if int8 else 'e4m3'} group", _w4a8_mma2_kernel, ce, opts,
                     cfg["BN"] * GROUP))

@@ -214,6 +214,28 @@ def test_mma2_configs(name, elem, grouped, M):
     assert torch.all(out[M:] == 5.0)
 
 
+@pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
+@pytest.mark.parametrize("name", ["mma2n64t2s", "mma8n64t2s", "mma2t2s"])
+@pytest.mark.parametrize("elem,grouped,M",
+                         [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 3)])
+def test_mma2_swap_configs(name, elem, grouped, M):
+    """Swap-AB (weights on the MMA's rows, tokens on its 8 columns; M <= 8, from the ring) == reference at 3 splits,
+    P = 2, ragged N; above 8 tokens it refuses."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    P, K, N, bounds = 2, 640, 400, [0, 128, 400]
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device="cuda")
+    w = prepare_codes(*weights(K, N, 4, device="cuda"), 4)
+    ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
+    out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device="cuda")
+    impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[name], "splits": 3})
+    r, mx = gemm_error(out[:M], ref)
+    assert r <= REL and mx <= 4 * REL, (r, mx)
+    assert torch.all(out[M:] == 5.0)
+    with pytest.raises(ValueError, match="swap needs a ring and M <= 8"):
+        impl.config(9, N, K, "decode", False, impl.DECODE[name])
+
+
 MMA2_SM90 = """
 import json, re, sys
 import triton
@@ -223,14 +245,16 @@ from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel as kernel
 out = []
 from triton.experimental.gluon import language as gl
 from radiance_kernels.ops.w4a8_gemm.tma_tiles import layout
-for int8, pf, k8, st in ((False, 2, False, 0), (True, 0, False, 0), (False, 1, True, 0), (True, 2, True, 0),
-                         (True, 1, True, 4), (False, 1, False, 4)):
-    ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=16, BN=64, BK=128, PF=0 if st else pf, K8=k8,
-              STAGES=st, GPS=16, ABLATE=0)
+for int8, pf, k8, st, swap in ((False, 2, False, 0, 0), (True, 0, False, 0, 0), (False, 1, True, 0, 0),
+                               (True, 2, True, 0, 0), (True, 1, True, 4, 0), (False, 1, False, 4, 0),
+                               (True, 0, True, 2, 1), (False, 0, False, 2, 1)):
+    BM = 8 if swap else 16
+    ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf, K8=k8,
+              STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap))
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     if st:
-        types |= {"a_ptr": f"tensordesc<i64[16, 16],{layout([16, 16], gl.int64)!r}>",
+        types |= {"a_ptr": f"tensordesc<i64[{BM}, 16],{layout([BM, 16], gl.int64)!r}>",
                   "wq_ptr": f"tensordesc<i32[16, 64],{layout([16, 64], gl.int32, False)!r}>",
                   "sz_ptr": f"tensordesc<i32[64],{layout([64], gl.int32, False)!r}>"}
     sig = {n: "constexpr" if n in ce else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
@@ -280,7 +304,7 @@ def test_mma2_compiles_for_sm90():
         assert r["n_mma"] >= (4 if r["k8"] else 8) and not r["st_loop"], r
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
         if r["st"]:
-            assert r["tma"] >= 3 and r["shared"] >= 4 * ((16 * 64 + 64) * 4 + 16 * 128), r
+            assert r["tma"] >= 3 and r["shared"] >= r["st"] * ((16 * 64 + 64) * 4 + 8 * 128), r
         else:
             assert r["shared"] <= 16 and r["tma"] == 0, r
 
@@ -668,7 +692,8 @@ def test_mma2_full_shapes(proj):
                                    (3, "e4m3", False, "mma2"), (8, "int8", True, "mma8p"),
                                    (16, "int8", False, "mma8n64p"), (4, "e4m3", True, "mma8p"),
                                    (8, "int8", True, "mma8n64t"), (5, "e4m3", True, "mma2t"),
-                                   (16, "int8", False, "mma8n64t2o12"), (3, "e4m3", True, "mma2t2")):
+                                   (16, "int8", False, "mma8n64t2o12"), (3, "e4m3", True, "mma2t2"),
+                                   (8, "int8", True, "mma8n64t2s"), (4, "e4m3", False, "mma2n64t2s")):
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
         out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")

@@ -36,6 +36,12 @@ the stage just read (Gluon adds one around each TMA issue). H200 calls 58-62: th
 streams gate_up's codes and scales at 0.88-0.90 of the read ceiling at depths 2-6; the whole kernel is fastest at
 depth 2 (deeper rings lost everywhere, 8 most), 1.02-1.39x the register-fed loads on the large shapes.
 
+``SWAP`` (with ``STAGES``, M <= 8, ``BM`` 8): swap-AB — the weights on the MMA's 16 rows (the A operand, read from
+the stage transposed), up to 8 tokens on its 8 columns (B): the tile is ``[BN, 8]``, so at M <= 8 the MMAs and the
+fold cover no empty token rows (ptxas sm_90: 193 against 294 loop instructions per group and warp for int8, 325
+against 440 for e4m3). The same K order (the unpack and activation pickers are elementwise), only the operands'
+roles and the frame's axes change.
+
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens x ``BN`` columns, warps side by side along N; splits and the split-order
 reduction as the Triton decode band. Not runnable under the interpreter: tested on GPUs against the reference.
@@ -166,20 +172,37 @@ def _staged(x_st, h: gl.constexpr, L: gl.constexpr, KW: gl.constexpr, OP: gl.con
 
 
 @gluon.jit
+def _along(v, SWAP: gl.constexpr, TOKENS: gl.constexpr):
+    """A token (TOKENS) or column vector broadcast along the tile frame: tokens are its rows, columns its columns;
+    SWAP (the frame transposed) the other way round."""
+    if SWAP == TOKENS:
+        out = v[None, :]
+    else:
+        out = v[:, None]
+    return out
+
+
+@gluon.jit
 def _w4a8_mma2_kernel(
     a_ptr, as_ptr, rs_ptr, wq_ptr, wh_ptr, sz_ptr, ws_ptr, out_ptr, cnt_ptr,
     M, N, K, b1, b2, stride_om, groups_per_split,
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
     K8: gl.constexpr = False, STAGES: gl.constexpr = 0, GPS: gl.constexpr = 1, ABLATE: gl.constexpr = 0,
+    SWAP: gl.constexpr = False,
 ):
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
     SLOTS: gl.constexpr = 8 * KW  # the MMA's k
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NW], instr_shape=[16, 8])
+    # SWAP (M <= 8, a ring): the tile is [BN, 8 tokens] — the weights on the MMA's 16 rows, warps down them
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1] if SWAP else [1, NW],
+                                                  instr_shape=[16, 8])
     LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=KW)
     LB: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=KW)
-    gl.static_assert(BITS == 4 and BM == 16 and BK == 128)
+    TOK: gl.constexpr = gl.SliceLayout(0 if SWAP else 1, MMA)  # a vector along the tokens
+    COL: gl.constexpr = gl.SliceLayout(1 if SWAP else 0, MMA)  # a vector along the columns
+    gl.static_assert(BITS == 4 and BK == 128 and (8 if SWAP else 16) == BM)
+    gl.static_assert(STAGES > 0 or not SWAP, "swap-AB reads its operands from the ring")
     n0 = gl.program_id(0) * BN
     part = (n0 >= b1).to(gl.int32) + (n0 >= b2).to(gl.int32)
     G = K // BK
@@ -210,8 +233,8 @@ def _w4a8_mma2_kernel(
         a_ptrs = a64 + (gl.minimum(ma, M - 1).to(gl.int64) * (K // 8))[:, None] + \
             ((sa % (4 * KW)) // KW + 4 * (sa // (4 * KW)))[None, :]
     # accumulator frame
-    mo = gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
-    no = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
+    mo = gl.arange(0, BM, layout=TOK)
+    no = n0 + gl.arange(0, BN, layout=COL)
     mask_m = mo < M
     mask_n = no < N
     rows = gl.minimum(mo, M - 1)
@@ -221,7 +244,8 @@ def _w4a8_mma2_kernel(
         as_rows = as_ptr + part * M + rows
     rs_rows = rs_ptr + part * M * G + rows * G
     ZO: gl.constexpr = 8 if K8 else 0  # z - o = d + ZO (sz's high half is d = z - 8)
-    acc = gl.zeros([BM, BN], gl.float32, MMA)
+    FRAME: gl.constexpr = [BN, BM] if SWAP else [BM, BN]
+    acc = gl.zeros(FRAME, gl.float32, MMA)
     if not STAGES:
         sz_ptrs = sz_ptr + no
         if PF >= 1:  # group g + PF's loads are issued before group g's MMAs
@@ -232,18 +256,24 @@ def _w4a8_mma2_kernel(
     for g in range(g_lo, g_hi):
         if STAGES:
             rel = g - g_lo
-            rs = rs_s.index(rel).load(gl.SliceLayout(1, MMA))
-            ag = as_s.index(rel).load(gl.SliceLayout(1, MMA))
+            rs = rs_s.index(rel).load(TOK)
+            ag = as_s.index(rel).load(TOK)
             st = rel % STAGES
             mbarrier.wait(ring[3].index(st), (rel // STAGES) & 1)
             if ABLATE == 4:  # bench only (wrong results): the ring alone, no fragment read
-                sz = gl.zeros([BN], gl.int32, gl.SliceLayout(0, MMA)) + rel
+                sz = gl.zeros([BN], gl.int32, COL) + rel
+            elif SWAP:  # the stage's words read transposed: weights as the A operand, activations as B
+                w0 = _staged(ring[0].index(st).permute((1, 0)), 0, LA, KW, 0)
+                w1 = _staged(ring[0].index(st).permute((1, 0)), 1, LA, KW, 0)
+                a0 = _staged(ring[1].index(st).permute((1, 0)), 0, LB, KW, 1)
+                a1 = _staged(ring[1].index(st).permute((1, 0)), 1, LB, KW, 1)
+                sz = ring[2].index(st).load(COL)
             else:
                 w0 = _staged(ring[0].index(st), 0, LB, KW, 1)
                 w1 = _staged(ring[0].index(st), 1, LB, KW, 1)
                 a0 = _staged(ring[1].index(st), 0, LA, KW, 0)
                 a1 = _staged(ring[1].index(st), 1, LA, KW, 0)
-                sz = ring[2].index(st).load(gl.SliceLayout(0, MMA))
+                sz = ring[2].index(st).load(COL)
             _barrier()  # every warp holds stage st's words: TMA refills it with group g + STAGES
             _tiles_to_shared(descs, ring, st, g + STAGES, part * M, n0, N, g + STAGES < g_hi)
         else:
@@ -253,27 +283,28 @@ def _w4a8_mma2_kernel(
                 fn = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g + PF, g + PF < g_hi, GROUP_AS)
             w0, w1, a0, a1, sz, rs, ag = f
         if ABLATE == 4:
-            acc += (sz[None, :] + rs[:, None]).to(gl.float32)
+            acc += (_along(sz, SWAP, False) + _along(rs, SWAP, True)).to(gl.float32)
         elif ABLATE == 1:  # bench only (wrong results): the words consumed, no operands, MMAs or fold
             wsum = gl.convert_layout(gl.sum(w0 ^ w1, axis=0), gl.SliceLayout(0, MMA)) + sz
             asum = gl.convert_layout(gl.sum((a0 ^ a1).to(gl.int32), axis=1), gl.SliceLayout(1, MMA))
             acc += (wsum[None, :] + asum[:, None]).to(gl.float32) + (rs + ag)[:, None]
         else:
-            t = gl.zeros([BM, BN], gl.int32 if K8 and INT8 else gl.float32, MMA)
+            t = gl.zeros(FRAME, gl.int32 if K8 and INT8 else gl.float32, MMA)
             for j in gl.static_range(4 // (KW // 2)):
                 A, B = _operands(a0, w0, j, K8, INT8)
-                t = mma_v2(A, B, t)
+                t = mma_v2(B, A, t) if SWAP else mma_v2(A, B, t)
             for j in gl.static_range(4 // (KW // 2)):
                 A, B = _operands(a1, w1, j, K8, INT8)
-                t = mma_v2(A, B, t)
+                t = mma_v2(B, A, t) if SWAP else mma_v2(A, B, t)
             if ABLATE == 3:  # bench only (wrong results): no scale fold
                 acc += t.to(gl.float32)
             else:
                 s = (sz & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
                 sd = s * ((sz >> 16) + ZO).to(gl.float32)
-                contrib = t.to(gl.float32) * s[None, :] - rs[:, None] * sd[None, :]
+                contrib = t.to(gl.float32) * _along(s, SWAP, False) - \
+                    _along(rs, SWAP, True) * _along(sd, SWAP, False)
                 if GROUP_AS:
-                    acc += ag[:, None] * contrib
+                    acc += _along(ag, SWAP, True) * contrib
                 else:
                     acc += contrib
         if PF == 1:
@@ -285,18 +316,18 @@ def _w4a8_mma2_kernel(
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ring[3].index(i))
     if not GROUP_AS:
-        acc *= gl.load(as_rows)[:, None]
-    mask = mask_m[:, None] & mask_n[None, :]
-    out = out_ptr + mo[:, None] * stride_om + no[None, :]
+        acc *= _along(gl.load(as_rows), SWAP, True)
+    mask = _along(mask_m, SWAP, True) & _along(mask_n, SWAP, False)
+    out = out_ptr + _along(mo, SWAP, True) * stride_om + _along(no, SWAP, False)
     if SPLIT == 0:
         gl.store(out, acc.to(gl.bfloat16), mask=mask)
     else:
-        part_ptrs = ws_ptr + mo[:, None] * N + no[None, :]
+        part_ptrs = ws_ptr + _along(mo, SWAP, True) * N + _along(no, SWAP, False)
         S = gl.num_programs(1)
         gl.store(part_ptrs + gl.program_id(1).to(gl.int64) * M * N, acc, mask=mask)
         _barrier()  # every thread's partial is written before the release below
         if gl.atomic_add(cnt_ptr + gl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
-            total = gl.zeros([BM, BN], gl.float32, MMA)
+            total = gl.zeros(FRAME, gl.float32, MMA)
             for i0 in range(0, S, RW):  # RW partials per L2 round trip, added in split order
                 for r in gl.static_range(RW):
                     live = i0 + r < S
@@ -306,11 +337,12 @@ def _w4a8_mma2_kernel(
             gl.store(cnt_ptr + gl.program_id(0), 0)  # every arrival is in: the counter is free for the next launch
 
 
-def ring_descriptors(a: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, BN: int) -> tuple[TensorDescriptor, ...]:
+def ring_descriptors(a: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, BN: int,
+                     BM: int = 16) -> tuple[TensorDescriptor, ...]:
     """The ``STAGES`` kernel's TMA descriptors: the activations ``a [P, M, K]`` as int64 words ``[P M, K/8]`` in
-    ``[16, 16]`` tiles (128-byte swizzle: a warp's fragment reads hit distinct banks), ``wq [K/8, N]`` words in
+    ``[BM, 16]`` tiles (128-byte swizzle: a warp's fragment reads hit distinct banks), ``wq [K/8, N]`` words in
     ``[16, BN]`` tiles, ``sz [G, N]`` words flat in ``[BN]`` tiles (unswizzled)."""
     P, M, K = a.shape
     words = a.reshape(P * M, K).view(torch.int64)
-    return (tma_tiles.descriptor(words, [16, 16], gl.int64), tma_tiles.descriptor(wq, [16, BN], gl.int32, False),
+    return (tma_tiles.descriptor(words, [BM, 16], gl.int64), tma_tiles.descriptor(wq, [16, BN], gl.int32, False),
             tma_tiles.descriptor(sz.view(-1), [BN], gl.int32, False))

@@ -436,7 +436,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: best register-fed config): e4m3 gate_up 42.7 / 49.8, down 24.5 / 32.6, qkv 20.4 / 23.0; int8 gate_up 38.4 / 43.4,
 #: down 21.7 / 22.6, o_proj 12.1 / 12.0. Measured and removed: 6- and 8-stage rings (slower everywhere, calls 58, 61),
 #: the row inputs two groups ahead beside a weight-only ring (call 56), a cp.async ring of the weight words (each
-#: thread copying its own: slower on every row, call 60).
+#: thread copying its own: slower on every row, call 60). "*s" (``swap``, with a ring, M <= 8): swap-AB, the weights on
+#: the MMA's rows (:mod:`.mma2` SWAP) — not yet measured on a GPU.
 #: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; M <= 16): nib8 loops: "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight stream); mma2:
@@ -487,6 +488,10 @@ DECODE = {
     "mma2t2": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, ring=2),
     "mma2n64t2": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, ring=2),
     "mma2n64t2o12": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=12, ring=2),
+    "mma2n64t2s": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, ring=2, swap=True),
+    "mma8n64t2s": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, k8=True, ring=2,
+                        swap=True),
+    "mma2t2s": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, ring=2, swap=True),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
@@ -609,10 +614,15 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     if cfg["mma2"]:
         if band != "decode" or M > 16:
             raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
-        if cfg["dot16"] or cfg["nib8"] or cfg["swap"] or cfg["apre"] or cfg["gemv"] or \
+        if cfg["dot16"] or cfg["nib8"] or cfg["apre"] or cfg["gemv"] or \
                 cfg["ablate"] not in ("none", "nodot", "nofold", "ring" if cfg["ring"] else "none"):
-            raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / swap / apre / gemv / ablate but nodot, "
-                             "nofold, ring (ring configs)")
+            raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / apre / gemv / ablate but nodot, nofold, "
+                             "ring (ring configs)")
+        if cfg["swap"]:  # swap-AB: weights on the MMA's rows, up to 8 tokens on its columns
+            if not cfg["ring"] or M > 8 or cfg["ablate"] == "nodot":
+                raise ValueError(f"w4a8_gemm config: mma2 swap needs a ring and M <= 8 (no nodot ablation), got "
+                                 f"ring={cfg['ring']}, M={M}")
+            cfg["BM"] = 8
     elif cfg["k8"] or cfg["ring"]:
         raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA operand stages) are knobs of the "
                          "mma2 kernel")
@@ -623,8 +633,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError(f"w4a8_gemm config: ablate must be one of {sorted(ABLATIONS)}, got {cfg['ablate']!r}")
     if (cfg["swap"] or cfg["apre"] or cfg["ablate"] != "none") and not (cfg["dot16"] and cfg["nib8"] or cfg["mma2"]):
         raise ValueError("w4a8_gemm config: swap / apre / ablate act on the nib8 loop and need dot16=True, nib8=True "
-                         "(ablate: or mma2)")
-    if cfg["ablate"] != "none" and cfg["BM"] != 16:
+                         "(swap, ablate: or mma2)")
+    if cfg["ablate"] != "none" and cfg["BM"] != (8 if cfg["mma2"] and cfg["swap"] else 16):
         raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
     if cfg["blockwise"] and band == "decode":
         raise ValueError("w4a8_gemm config: blockwise (the library block-scaled GEMM) is a prefill config")
@@ -743,12 +753,12 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
     if cfg["mma2"]:
         constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]],
-                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1)
+                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"])
         if cfg["ring"]:
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
             a, a_scales, a_sums, wq, wh, sz = tensors
-            a, wq, sz = ring_descriptors(a, wq, sz, bn)
+            a, wq, sz = ring_descriptors(a, wq, sz, bn, cfg["BM"])
             tensors = (a, a_scales, a_sums, wq, wh, sz)
     elif cfg["gemv"]:
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
