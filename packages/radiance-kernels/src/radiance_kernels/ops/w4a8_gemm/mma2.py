@@ -153,14 +153,28 @@ def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred):
     tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), s_s.index(st), pred=pred)
 
 
+@gluon.constexpr_function
+def _transposed(ll):
+    """The linear layout ``ll`` of a 2-D tensor with its two dims swapped."""
+    sw = lambda bases: [[b[1], b[0]] for b in bases]  # noqa: E731
+    return gl.DistributedLinearLayout(sw(ll.reg_bases), sw(ll.lane_bases), sw(ll.warp_bases), sw(ll.block_bases),
+                                      [ll.shape[1], ll.shape[0]])
+
+
 @gluon.jit
-def _staged(x_st, h: gl.constexpr, L: gl.constexpr, KW: gl.constexpr, OP: gl.constexpr):
-    """Half h's fragment words (operand OP: 0 = A ``[16, 8 KW]`` from a stage's ``[16 rows, 16]`` activation words,
-    1 = B ``[8 KW, BN]`` from its ``[16, BN]`` weight words; slot s: word ``s // KW`` of the half): each thread loads
-    its two words per row / column once (the k-width-1 fragment: words t, t + 4) and names each KW times (joins), a
-    register-only relabelling onto ``L``."""
+def _staged(x_st, h: gl.constexpr, L: gl.constexpr, KW: gl.constexpr, OP: gl.constexpr, T: gl.constexpr = False):
+    """Half h's fragment words (operand OP: 0 = A ``[rows, 8 KW]``, 1 = B ``[8 KW, cols]``; slot s: word ``s // KW``
+    of the half) from a stage of words — the activations' ``[rows, 16]`` for A and the weights' ``[16, cols]`` for B,
+    or with T (swap-AB) the other stage, read transposed: each thread loads its two words per row / column once (the
+    k-width-1 fragment: words t, t + 4) and names each KW times (joins), a register-only relabelling onto ``L``. T
+    permutes registers, not the shared tile: a permuted unswizzled NVMMA tile reads as if its rows were contiguous
+    (Triton 3.6 / 3.7)."""
     L1: gl.constexpr = gl.DotOperandLayout(operand_index=OP, parent=L.parent, k_width=1)
-    x = x_st.slice(8 * h, 8, dim=1 - OP).load(L1)
+    if T:  # the words' axis is the stage's other one: load in L1 transposed, then swap the register labels
+        xs = x_st.slice(8 * h, 8, dim=OP)
+        x = gl.permute(xs.load(_transposed(gl.to_linear_layout(L1, [xs.shape[1], xs.shape[0]]))), (1, 0))
+    else:
+        x = x_st.slice(8 * h, 8, dim=1 - OP).load(L1)
     x = gl.join(x, x)
     if KW == 4:
         x = gl.join(x, x)
@@ -263,10 +277,10 @@ def _w4a8_mma2_kernel(
             if ABLATE == 4:  # bench only (wrong results): the ring alone, no fragment read
                 sz = gl.zeros([BN], gl.int32, COL) + rel
             elif SWAP:  # the stage's words read transposed: weights as the A operand, activations as B
-                w0 = _staged(ring[0].index(st).permute((1, 0)), 0, LA, KW, 0)
-                w1 = _staged(ring[0].index(st).permute((1, 0)), 1, LA, KW, 0)
-                a0 = _staged(ring[1].index(st).permute((1, 0)), 0, LB, KW, 1)
-                a1 = _staged(ring[1].index(st).permute((1, 0)), 1, LB, KW, 1)
+                w0 = _staged(ring[0].index(st), 0, LA, KW, 0, True)
+                w1 = _staged(ring[0].index(st), 1, LA, KW, 0, True)
+                a0 = _staged(ring[1].index(st), 0, LB, KW, 1, True)
+                a1 = _staged(ring[1].index(st), 1, LB, KW, 1, True)
                 sz = ring[2].index(st).load(COL)
             else:
                 w0 = _staged(ring[0].index(st), 0, LB, KW, 1)
