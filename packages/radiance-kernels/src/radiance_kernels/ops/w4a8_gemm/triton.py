@@ -492,6 +492,16 @@ DECODE = {
     "mma8n64t2s": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, k8=True, ring=2,
                         swap=True),
     "mma2t2s": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, ring=2, swap=True),
+    "mma8t2s": _loop(BN=128, num_warps=4, num_stages=1, dot16=False, nib8=False, mma2=True, k8=True, ring=2,
+                     swap=True),
+    "mma2n64t2so12": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=12, ring=2,
+                           swap=True),
+    "mma8n64t2so12": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=12, k8=True,
+                           ring=2, swap=True),
+    "mma2n64t4s": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, ring=4,
+                        swap=True),
+    "mma8n64t4s": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, k8=True,
+                        ring=4, swap=True),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
