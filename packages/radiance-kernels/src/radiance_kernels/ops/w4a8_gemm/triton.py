@@ -437,7 +437,10 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: down 21.7 / 22.6, o_proj 12.1 / 12.0. Measured and removed: 6- and 8-stage rings (slower everywhere, calls 58, 61),
 #: the row inputs two groups ahead beside a weight-only ring (call 56), a cp.async ring of the weight words (each
 #: thread copying its own: slower on every row, call 60). "*s" (``swap``, with a ring, M <= 8): swap-AB, the weights on
-#: the MMA's rows (:mod:`.mma2` SWAP) — not yet measured on a GPU.
+#: the MMA's rows (:mod:`.mma2` SWAP). H200 call 67 (M = 8, us, best swap / best non-swap ring config): e4m3 gate_up
+#: 32.2 / 42.6, qkv 16.2 / 20.3, down 20.1 / 24.9; int8 gate_up 30.2 / 38.4, qkv 15.6 / 17.6, o_proj 11.2 / 12.1; it
+#: also beats the gemv configs at M = 1, 2 on all but int8 gate_up at M = 1 (gemv_o16 27.4 / 28.6). 4-stage swap
+#: rings lost everywhere (call 67) and are gone.
 #: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; M <= 16): nib8 loops: "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight stream); mma2:
@@ -498,10 +501,6 @@ DECODE = {
                            swap=True),
     "mma8n64t2so12": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=12, k8=True,
                            ring=2, swap=True),
-    "mma2n64t4s": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, ring=4,
-                        swap=True),
-    "mma8n64t4s": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=8, k8=True,
-                        ring=4, swap=True),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
