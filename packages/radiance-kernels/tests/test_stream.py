@@ -76,7 +76,7 @@ def test_fused_equals_chain_bytewise(device, name, dtype, P, M, K, variants):
     check_family(name, M, K, P, dtype, device, variants)
 
 
-@pytest.mark.parametrize("cfg", ("bm16w4_recompute", "bm4w4", "bm32w8"))
+@pytest.mark.parametrize("cfg", ("bm16w4_recompute", "bm4w4", "bm1w1", "bm32w8"))
 @pytest.mark.parametrize("name", ("add_rms_gemma", "gated_rms_norm"))
 def test_fused_configs_equal_chain_bytewise(device, name, cfg):
     """Non-default launch configs with the producers (per-token scratch or recompute, stored hs/residual,
@@ -91,7 +91,8 @@ def test_fused_token_scratch_row_chunks(device, monkeypatch):
 
 
 @pytest.mark.parametrize("name, dtype, P, M, K, cfg", [("add_rms", torch.bfloat16, 3, 8, 640, st.DEFAULT),
-                                                        ("add_rms_gemma", torch.float16, 2, 37, 384, "bm4w4")])
+                                                        ("add_rms_gemma", torch.float16, 2, 37, 384, "bm4w4"),
+                                                        ("add_rms", torch.bfloat16, 2, 9, 256, "bm1w1")])
 def test_add_rms_split_equals_row_wide_bytewise(device, name, dtype, P, M, K, cfg):
     """Split add+RMSNorm (parallel [M, G] sum-of-squares partials folded in group order, one group per
     program) and the row-wide walk both equal the reference chain, and each other, byte for byte."""

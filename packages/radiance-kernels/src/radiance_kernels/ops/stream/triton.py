@@ -50,13 +50,17 @@ CONFIGS = {
     "bm16w16": dict(BM=16, num_warps=16, scratch=True),
     "bm8w8": dict(BM=8, num_warps=8, scratch=True),
     "bm4w4": dict(BM=4, num_warps=4, scratch=True),
+    "bm1w1": dict(BM=1, num_warps=1, scratch=True),
 }
 DEFAULT = "bm16w4"
 #: The default at M <= SMALL_M (decode): one row per warp, so the tables need no per-layer conversion through
 #: shared memory and its barriers, which at a few rows are the latency of the launch. H200 call 25 (rotate_quant,
 #: K = 5120, P = 1..3, us, bm16w4 -> bm4w4): M = 1 e4m3 group 7.1-7.3 -> 4.1-4.2, per token 13.2-13.5 -> 7.4-7.8,
 #: int8 6.8-6.9 -> 4.1-4.2; M = 8 6.3-6.5 -> 3.7-4.1. At M = 64 it wins P = 1 only; at 8192 it is 1.2-1.8x slower.
-SMALL_M, SMALL_M_DEFAULT = 16, "bm4w4"
+#: One-warp programs of one row each (bm1w1) go further: H200 call 69 (per call in a CUDA graph, P = 1, per-group,
+#: bm4w4 -> bm1w1, us): M = 8, K = 5120 3.72 -> 3.01, K = 17408 4.29 -> 3.53; M = 1 4.03 -> 2.82 (a copy kernel of the
+#: same rows: 1.2; the same launch with 1 Givens layer instead of 8: 2.3); bm2w2 ~ bm4w4, bm8w8 1.3-1.6 us slower.
+SMALL_M, SMALL_M_DEFAULT = 16, "bm1w1"
 
 
 def default_config(M: int) -> str:
