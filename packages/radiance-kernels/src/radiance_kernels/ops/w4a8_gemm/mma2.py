@@ -40,7 +40,7 @@ depth 2 (deeper rings lost everywhere, 8 most), 1.02-1.39x the register-fed load
 the stage transposed), up to 8 tokens on its 8 columns (B): the tile is ``[BN, 8]``, so at M <= 8 the MMAs and the
 fold cover no empty token rows (ptxas sm_90: 205 against 294 loop instructions per group and warp for int8, 338
 against 440 for e4m3). The same K order (the unpack and activation pickers are elementwise), only the operands'
-roles and the frame's axes change. H200 call 67: 1.1-1.3x the unswapped ring at M = 1-8 on every shape (gate_up
+roles and the frame's axes change. H200 call 67: 1.08-1.32x the unswapped ring at M = 4, 8 on every shape (gate_up
 M = 8: 32.2 / 30.2 us e4m3 / int8 against 42.6 / 38.4).
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
