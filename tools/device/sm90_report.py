@@ -173,14 +173,13 @@ def gemv_variants(name: str, knobs: dict) -> list:
 
 
 def mma2_variants(name: str, knobs: dict) -> list:
-    """The register-fed mma.sync decode kernel (:mod:`w4a8_gemm.mma2`, Gluon), int4 at M = 16, both activation
+    """The mma.sync decode kernel (:mod:`w4a8_gemm.mma2`, Gluon), int4 at M = 16 (swap-AB: 8), both activation
     elements per-group."""
     cfg = w4.config(8 if knobs.get("swap") else 16, 14336, 5120, "decode", False, knobs)
     out = []
     for int8 in (False, True):
         ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=cfg["BM"], BN=cfg["BN"],
-                  BK=GROUP,
-                  PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], GPS=16 if cfg["ring"] else 1, ABLATE=0,
+                  BK=GROUP, PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], GPS=16 if cfg["ring"] else 1, ABLATE=0,
                   SWAP=cfg["swap"])
         opts = dict(num_warps=cfg["num_warps"], num_stages=1, maxnreg=cfg["maxnreg"], int8=int8)
         out.append((f"w4a8 decode {name} int4 {'int8' if int8 else 'e4m3'} group", _w4a8_mma2_kernel, ce, opts,

@@ -277,17 +277,11 @@ def _w4a8_mma2_kernel(
             mbarrier.wait(ring[3].index(st), (rel // STAGES) & 1)
             if ABLATE == 4:  # bench only (wrong results): the ring alone, no fragment read
                 sz = gl.zeros([BN], gl.int32, COL) + rel
-            elif SWAP:  # the stage's words read transposed: weights as the A operand, activations as B
-                w0 = _staged(ring[0].index(st), 0, LA, KW, 0, True)
-                w1 = _staged(ring[0].index(st), 1, LA, KW, 0, True)
-                a0 = _staged(ring[1].index(st), 0, LB, KW, 1, True)
-                a1 = _staged(ring[1].index(st), 1, LB, KW, 1, True)
-                sz = ring[2].index(st).load(COL)
-            else:
-                w0 = _staged(ring[0].index(st), 0, LB, KW, 1)
-                w1 = _staged(ring[0].index(st), 1, LB, KW, 1)
-                a0 = _staged(ring[1].index(st), 0, LA, KW, 0)
-                a1 = _staged(ring[1].index(st), 1, LA, KW, 0)
+            else:  # SWAP: the stages read transposed, the weights as the A operand and the activations as B
+                w0 = _staged(ring[0].index(st), 0, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP)
+                w1 = _staged(ring[0].index(st), 1, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP)
+                a0 = _staged(ring[1].index(st), 0, LB if SWAP else LA, KW, 1 if SWAP else 0, SWAP)
+                a1 = _staged(ring[1].index(st), 1, LB if SWAP else LA, KW, 1 if SWAP else 0, SWAP)
                 sz = ring[2].index(st).load(COL)
             _barrier()  # every warp holds stage st's words: TMA refills it with group g + STAGES
             _tiles_to_shared(descs, ring, st, g + STAGES, part * M, n0, N, g + STAGES < g_hi)

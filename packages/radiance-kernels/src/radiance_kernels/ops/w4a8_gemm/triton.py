@@ -644,7 +644,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError("w4a8_gemm config: swap / apre / ablate act on the nib8 loop and need dot16=True, nib8=True "
                          "(swap, ablate: or mma2)")
     if cfg["ablate"] != "none" and cfg["BM"] != (8 if cfg["mma2"] and cfg["swap"] else 16):
-        raise ValueError(f"w4a8_gemm config: ablate needs BM == 16 (decode M <= 16), got BM={cfg['BM']}")
+        raise ValueError(f"w4a8_gemm config: ablate needs the decode tile, BM == 16 (swap-AB: 8), got BM={cfg['BM']}")
     if cfg["blockwise"] and band == "decode":
         raise ValueError("w4a8_gemm config: blockwise (the library block-scaled GEMM) is a prefill config")
     if cfg["wgmma"] and not cfg["predeq"]:
