@@ -34,6 +34,11 @@ def test_rows_and_shortfalls():
         {"section": "stack", "kernel": "64-layer served int4", "M": 8, "vs_limit": 2.5, "best_us": 10.0},
         {"section": "stack", "kernel": "64-layer cuBLAS bf16 + plain producers", "M": 8, "vs_limit": 1.1,
          "best_us": 12.0},
+        # ablation rows (the same launches without PDL) explain, they are not bars
+        {"section": "stack", "kernel": "64-layer served int4 no-PDL", "M": 8, "vs_limit": 1.0, "best_us": 4.0,
+         "ablation": "no PDL"},
+        {"section": "decode", "kernel": "w4a8 rot+gemm no-PDL int4", "proj": "q", "M": 8, "best_us": 1.0,
+         "weight_TBps": 10.0, "ablation": "no PDL"},
     ]
     out = {r["item"]: r for r in bars.check(run(rows), "x.json")}
     dec = out["q M=8 w4a8 rot+gemm int4 vs cuBLAS bf16"]
@@ -53,6 +58,7 @@ def test_rows_and_shortfalls():
     assert sum(r["bar"] == "stack" for r in out.values()) == 1  # the bf16 stack is the served one's peer
     assert out["64-layer served int4 M=8 vs 64-layer cuBLAS bf16 + plain producers"]["measured"] == 1.2
     assert not any("o M=8" in item for item in out)  # failed rows give no bar
+    assert not any("no-PDL" in item for item in out)
 
 
 def test_cli_writes_summary(tmp_path):

@@ -246,12 +246,12 @@ from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel as kernel
 out = []
 from triton.experimental.gluon import language as gl
 from radiance_kernels.ops.w4a8_gemm.tma_tiles import layout
-for int8, pf, k8, st, swap in ((False, 2, False, 0, 0), (True, 0, False, 0, 0), (False, 1, True, 0, 0),
-                               (True, 2, True, 0, 0), (True, 1, True, 4, 0), (False, 1, False, 4, 0),
-                               (True, 0, True, 2, 1), (False, 0, False, 2, 1)):
+for int8, pf, k8, st, swap, pdl in ((False, 2, False, 0, 0, 0), (True, 0, False, 0, 0, 0), (False, 1, True, 0, 0, 0),
+                                    (True, 2, True, 0, 0, 0), (True, 1, True, 4, 0, 1), (False, 1, False, 4, 0, 0),
+                                    (True, 0, True, 2, 1, 0), (False, 0, False, 2, 1, 1)):
     BM = 8 if swap else 16
     ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf, K8=k8,
-              STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap))
+              STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), PDL=bool(pdl))
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     if st:
@@ -266,7 +266,8 @@ for int8, pf, k8, st, swap in ((False, 2, False, 0, 0), (True, 0, False, 0, 0), 
     out.append(dict(int8=int8, k8=k8, st=st, mma=sorted(set(re.findall(r"mma[.]sync[.]aligned[.]([.\\w]+)", ptx))),
                     n_mma=ptx.count("mma.sync.aligned"), cvt="cvt.rn.f16x2.e4m3x2" in ptx,
                     shared=c.metadata.shared, st_loop=bool(re.search(r"st[.]shared", ptx.split("atom.")[0])),
-                    tma=ptx.count("cp.async.bulk.tensor")))
+                    tma=ptx.count("cp.async.bulk.tensor"), pdl=pdl,
+                    gdc=[ptx.count("griddepcontrol." + w) for w in ("wait", "launch_dependents")]))
 print(json.dumps(out))
 """
 #: the MMA each operand kind compiles to (8-bit operands: e4m3 x e4m3 or s8 x s8, k32; else fp16, k16)
@@ -299,11 +300,13 @@ def test_mma2_compiles_for_sm90():
     inline PTX, each operand kind issues its MMA (8-bit operands: k32, half as many), the fp16 kind converts e4m3
     activations by the paired convert, and nothing is stored to shared memory before the epilogue's atomic (no
     operand staging: the ring's words come by TMA, its ``[16, 64]`` / ``[64]`` tiles in four stages; the fragments'
-    relabelling from them is register-only, else the compile fails)."""
+    relabelling from them is register-only, else the compile fails); a ring launched as a programmatic dependent
+    (PDL) waits for its producer's grid once and lets the next launch start once."""
     for r in compiled_for_sm90(MMA2_SM90):
         assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
         assert r["n_mma"] >= (4 if r["k8"] else 8) and not r["st_loop"], r
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
+        assert r["gdc"] == [r["pdl"]] * 2, r  # PDL: one wait for the producer, one trigger for the next launch
         if r["st"]:
             assert r["tma"] >= 3 and r["shared"] >= r["st"] * ((16 * 64 + 64) * 4 + 8 * 128), r
         else:

@@ -8,6 +8,7 @@ nothing ever switches backend silently.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -58,3 +59,29 @@ def available_backends(device: torch.device | str = "cpu") -> tuple[str, ...]:
     """The backends that can run on ``device`` in this process."""
     device = torch.device(device)
     return tuple(b for b in BACKENDS if b == "reference" or triton_unavailable_reason(device) is None)
+
+
+_PROGRAMMATIC = [True]
+
+
+@contextlib.contextmanager
+def programmatic_launch(on: bool):
+    """Within the block, kernels that support it are launched (``on``) or not as programmatic dependents of the
+    launch before them (CUDA PDL: a dependent grid starts while its predecessor runs and waits for it with
+    ``griddepcontrol.wait`` before touching its outputs). A launch-time choice: a CUDA graph keeps the edges of its
+    capture. On by default; the bench's no-PDL rows switch it off."""
+    prev = _PROGRAMMATIC[0]
+    _PROGRAMMATIC[0] = bool(on)
+    try:
+        yield
+    finally:
+        _PROGRAMMATIC[0] = prev
+
+
+def programmatic_launch_on(device: torch.device | str) -> bool:
+    """Whether launches on ``device`` chain by programmatic dependent launch now: the switch is on
+    (:func:`programmatic_launch`) and ``device`` is an NVIDIA GPU of compute capability 9.0 or newer outside the
+    interpreter (elsewhere ``griddepcontrol`` does not exist and launches stay plain)."""
+    device = torch.device(device)
+    return (_PROGRAMMATIC[0] and device.type == "cuda" and not triton_interpreted() and torch.version.cuda is not None
+            and torch.cuda.get_device_capability(device) >= (9, 0))

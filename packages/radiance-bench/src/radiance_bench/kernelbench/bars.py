@@ -37,7 +37,7 @@ def _row(bar: str, item: str, target: float, measured: float, source: str, at_mo
 def _by(rows: list[dict], *keys) -> dict:
     out = {}
     for r in rows:
-        if "error" not in r:
+        if "error" not in r and not r.get("ablation"):  # ablation rows are explanations, not bars
             out[tuple(r.get(k) for k in keys)] = r
     return out
 
@@ -97,7 +97,7 @@ def check(run: dict, source: str) -> list[dict]:
     peer_stack = next((r for r in sec["stack"] if r.get("kernel", "").startswith(BF16_STACK) and "error" not in r),
                       None)
     for r in sec["stack"]:
-        if "error" in r or r is peer_stack:
+        if "error" in r or r is peer_stack or r.get("ablation"):
             continue
         rows.append(_row("stack", f"{r['kernel']} M={r['M']}, × weight-stream limit", STACK, r["vs_limit"], source,
                          at_most=True))

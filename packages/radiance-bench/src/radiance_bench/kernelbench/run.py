@@ -30,9 +30,11 @@ from radiance_bench.kernelbench.cases import (
     w4a8_linear,
 )
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
+from radiance_kernels.backends import programmatic_launch
 from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
+NO_PDL_M = (1, 8)  # decode rows also timed without programmatic dependent launch (the ablation)
 PREFILL_M = (2048, 8192)
 SECTIONS = ("ceilings", "decode", "producer_decode", "skinny", "prefill", "producer", "stack", "decode_variants",
             "prefill_variants", "producer_variants")
@@ -81,15 +83,20 @@ def decode(results: list, ceil: dict) -> None:
             for M in DECODE_M if bits == 4 else (8,):
                 x = activations(M, proj.K, seed=M)
                 for elem, suffix in (("e4m3", ""), ("int8", " int8-group")):
-                    variants = [("w4a8 rot+gemm", [_linear_call(x, w, elem) for w in weights])]
+                    linear = [_linear_call(x, w, elem) for w in weights]
+                    variants = [("w4a8 rot+gemm", linear, True)]
                     if bits == 4 and M == 8:
-                        variants.append(("w4a8 gemm only", [_gemm_call(w, rotate_quant(x, w, elem)) for w in weights]))
-                    for label, calls in variants:
-                        t = graph_time(calls)
+                        variants.append(("w4a8 gemm only", [_gemm_call(w, rotate_quant(x, w, elem)) for w in weights],
+                                         True))
+                    if bits == 4 and M in NO_PDL_M:  # ablation: the same launches without PDL
+                        variants.append(("w4a8 rot+gemm no-PDL", linear, False))
+                    for label, calls, pdl in variants:
+                        with programmatic_launch(pdl):
+                            t = graph_time(calls)
                         tbps = weights[0].nbytes / (t.best_us * 1e-6) / 1e12
                         _record(results, "decode", f"{label} int{bits}{suffix}", t, M=M, **meta0, act=elem,
                                 weight_TBps=tbps, frac_copy=tbps / ceil["copy_TBps"],
-                                frac_read=tbps / ceil["read_TBps"])
+                                frac_read=tbps / ceil["read_TBps"], **({} if pdl else {"ablation": "no PDL"}))
             del weights
         for M in DECODE_M:
             meta, fl = {**meta0, "M": M}, 2 * M * proj.N * proj.K
@@ -177,9 +184,10 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
     """64 layers of the 27B-class linears at decode M, each variant one CUDA graph, against the weight
     stream: "served" runs every linear as the served layer does (its fused stream producer, then the GEMM;
     in_proj_ba by the skinny GEMM) with e4m3 per-group activations, "served ... int8-group" the same with int8
-    per-group activations, "rot+gemm" a standalone rotate+quant launch instead of
-    the producer (session 1's row), "gemm only" the GEMMs on pre-quantised activations (ablation: the
-    producers' share), and the peer "cuBLAS bf16" the unrotated bf16 layer (plain producers + cuBLAS)."""
+    per-group activations, "rot+gemm" a standalone rotate+quant launch instead of the producer (session 1's row),
+    "gemm only" the GEMMs on pre-quantised activations (ablation: the producers' share), and the peer "cuBLAS
+    bf16" the unrotated bf16 layer (plain producers + cuBLAS). Every row launches with programmatic dependent
+    launch where it runs; the "no-PDL" rows (ablation) are the served ones without it."""
     served, served8, rot_gemm, gemm_only, bf16, total, total_bf16 = [], [], [], [], [], 0, 0
     for proj in projections(1):
         for layer in range(proj.count):
@@ -205,14 +213,18 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
             total += w.nbytes
             total_bf16 += wb.numel() * 2
     bw = max(ceil["copy_TBps"], ceil["read_TBps"]) * 1e12  # weights are only read
-    for name, calls, nbytes in ((f"served int{bits}", served, total), (f"served int{bits} int8-group", served8, total),
-                                (f"rot+gemm int{bits}", rot_gemm, total), (f"gemm only int{bits}", gemm_only, total),
-                                ("cuBLAS bf16 + plain producers", bf16, total_bf16)):
-        t = graph_time([lambda calls=calls: [c() for c in calls]], reps=5, min_calls=1)
+    rows = ((f"served int{bits}", served, total, True), (f"served int{bits} int8-group", served8, total, True),
+            (f"rot+gemm int{bits}", rot_gemm, total, True), (f"gemm only int{bits}", gemm_only, total, True),
+            ("cuBLAS bf16 + plain producers", bf16, total_bf16, True),
+            (f"served int{bits} no-PDL", served, total, False),
+            (f"served int{bits} int8-group no-PDL", served8, total, False))
+    for name, calls, nbytes, pdl in rows:
+        with programmatic_launch(pdl):  # no-PDL: the ablation of the producers' programmatic dependents
+            t = graph_time([lambda calls=calls: [c() for c in calls]], reps=5, min_calls=1)
         limit_us = nbytes / bw * 1e6  # this row's own weight-stream limit
         _record(results, "stack", f"64-layer {name}", t, M=M,
                 weight_bytes=nbytes, limit_us=limit_us, vs_limit=t.best_us / limit_us,
-                weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12)
+                weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12, **({} if pdl else {"ablation": "no PDL"}))
 
 
 def decode_variants(results: list, ceil: dict, ms=DECODE_M, names=None, bits=(4,)) -> None:

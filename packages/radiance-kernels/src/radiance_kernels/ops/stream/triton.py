@@ -18,6 +18,11 @@ two launches of one group per program: pass 1 also parks each (row, group)'s ama
 buffer, pass 2 folds them with the walk's maximum in group order. Producer outputs (hs, residual) are
 stored by the p = 0 programs only. The math follows :mod:`radiance_kernels.ops.stream.reference` operation
 for operation.
+
+Where :func:`radiance_kernels.backends.programmatic_launch_on` holds, every launch here is a programmatic
+dependent (``PDL``): its programs first let the next launch start (``griddepcontrol.launch_dependents``: the ring
+GEMM that consumes the codes issues its weight tiles meanwhile), then wait for the previous launch's grid before
+reading or writing anything.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import torch
 import triton
 import triton.language as tl
 from torch.utils.weak import WeakIdKeyDictionary
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from radiance_kernels.backends import programmatic_launch_on
 from radiance_kernels.formats.rotation import GROUP, givens_tables
 from radiance_kernels.ops.rotate_quant import reference as rq_ref
 from radiance_kernels.ops.rotate_quant.triton import load_f32, quant_store, rotate_group, round_to, store_dt
@@ -156,9 +163,20 @@ def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.con
 
 
 @triton.jit
-def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, DT: tl.constexpr, BM: tl.constexpr):
+def _programmatic_start(PDL: tl.constexpr):
+    """PDL (launched as a programmatic dependent): let the next launch start now (it waits for this grid before it
+    reads what this grid writes), then wait for the previous launch's grid before reading anything."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+
+
+@triton.jit
+def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, DT: tl.constexpr, BM: tl.constexpr,
+                        PDL: tl.constexpr):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
     per (BM-row block, group)."""
+    _programmatic_start(PDL)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
     g = tl.program_id(1)
@@ -209,8 +227,9 @@ def _prologue_kernel(
     M, K, G, GPP, row0, scr_rows,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
-    SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr,
+    SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, PDL: tl.constexpr,
 ):
+    _programmatic_start(PDL)
     p = tl.program_id(0)
     rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
@@ -367,6 +386,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     dummy = torch.empty(1, dtype=torch.int16 if a.dtype == torch.bfloat16 else a.dtype, device=dev)  # never read
     if M == 0:
         return out
+    pdl = programmatic_launch_on(dev)
     if split is None:
         split = (kind == 1 or scratch) and P * triton.cdiv(M, bm) < SPLIT_PROGRAMS
     fold = split and kind == 1
@@ -377,7 +397,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         part = torch.empty((M, G), dtype=torch.float32, device=dev)
         _ss_partials_kernel[(triton.cdiv(M, bm), G)](
             _bits(a), _bits(b), a.stride(0), b.stride(0), part, M, G, DT=_DT[a.dtype], BM=bm,
-            num_warps=num_warps, enable_fp_fusion=False)
+            PDL=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
     chunk = M
     if scratch:  # equal chunks of whole row blocks, each within the cap
         cap = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm)
@@ -397,6 +417,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, num_warps=num_warps, enable_fp_fusion=False,
+            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, PDL=pdl, num_warps=num_warps, enable_fp_fusion=False,
+            launch_pdl=pdl,
         )
     return out

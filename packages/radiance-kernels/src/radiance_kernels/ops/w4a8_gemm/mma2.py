@@ -43,6 +43,11 @@ against 440 for e4m3). The same K order (the unpack and activation pickers are e
 roles and the frame's axes change. H200 call 67: 1.08-1.32x the unswapped ring at M = 4, 8 on every shape (gate_up
 M = 8: 32.2 / 30.2 us e4m3 / int8 against 42.6 / 38.4).
 
+``PDL`` (with ``STAGES``; :func:`radiance_kernels.backends.programmatic_launch_on`): launched as a programmatic
+dependent of its producer, which lets it start as the producer's programs start. The ring's first weight and scale
+tiles are issued at once, then ``griddepcontrol.wait`` for the producer's grid, ``launch_dependents`` for the next
+launch, and only then the activation tiles and row inputs: the launch and the ring's fill overlap the producer.
+
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens x ``BN`` columns, warps side by side along N; splits and the split-order
 reduction as the Triton decode band. Not runnable under the interpreter: tested on GPUs against the reference.
@@ -141,17 +146,32 @@ def _rows_to_shared(x_ptr, part, M, G, g_lo, g_hi, BM: gl.constexpr, GPS: gl.con
 
 
 @gluon.jit
-def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred):
+def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred, PART: gl.constexpr = 0):
     """TMA group g's weight words ``[16, BN]``, activation words ``[16 rows, 16]`` (int64; rows from the partition's
     first: those past M are not stored) and scale / zero words ``[BN]`` (``sz`` flat: a partial last tile reads the
-    next group's head, columns that are not stored) into stage ``st``."""
+    next group's head, columns that are not stored) into stage ``st``. ``PART`` 1: the stage's barrier expects all
+    of it, the weights' and scales' copies are issued; 2: the activations' copy (PDL: the weights before the
+    producer's grid is waited for, the activations after); 0: both."""
     wq_desc, a_desc, sz_desc = descs
     w_s, a_s, s_s, bars = ring
     nbytes: gl.constexpr = wq_desc.block_type.nbytes + a_desc.block_type.nbytes + sz_desc.block_type.nbytes
-    mbarrier.expect(bars.index(st), nbytes, pred=pred)
-    tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), w_s.index(st), pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [a_row, g * 16], bars.index(st), a_s.index(st), pred=pred)
-    tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), s_s.index(st), pred=pred)
+    if PART != 2:
+        mbarrier.expect(bars.index(st), nbytes, pred=pred)
+        tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), w_s.index(st), pred=pred)
+        tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), s_s.index(st), pred=pred)
+    if PART != 1:
+        tma.async_copy_global_to_shared(a_desc, [a_row, g * 16], bars.index(st), a_s.index(st), pred=pred)
+
+
+@gluon.jit
+def _griddep(WAIT: gl.constexpr):
+    """``griddepcontrol``: WAIT for the previous launch's grid (complete, its writes visible), or let the next
+    launch start (it waits for this grid in turn before it reads what this grid writes)."""
+    if WAIT:
+        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+    else:
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                                  pack=1)
 
 
 @gluon.constexpr_function
@@ -204,7 +224,7 @@ def _w4a8_mma2_kernel(
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
     K8: gl.constexpr = False, STAGES: gl.constexpr = 0, GPS: gl.constexpr = 1, ABLATE: gl.constexpr = 0,
-    SWAP: gl.constexpr = False,
+    SWAP: gl.constexpr = False, PDL: gl.constexpr = False,
 ):
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
@@ -217,7 +237,7 @@ def _w4a8_mma2_kernel(
     TOK: gl.constexpr = gl.SliceLayout(0 if SWAP else 1, MMA)  # a vector along the tokens
     COL: gl.constexpr = gl.SliceLayout(1 if SWAP else 0, MMA)  # a vector along the columns
     gl.static_assert(BITS == 4 and BK == 128 and (8 if SWAP else 16) == BM)
-    gl.static_assert(STAGES > 0 or not SWAP, "swap-AB reads its operands from the ring")
+    gl.static_assert(STAGES > 0 or not (SWAP or PDL), "swap-AB and PDL read their operands from the ring")
     n0 = gl.program_id(0) * BN
     part = (n0 >= b1).to(gl.int32) + (n0 >= b2).to(gl.int32)
     G = K // BK
@@ -231,8 +251,13 @@ def _w4a8_mma2_kernel(
                 gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
         for i in gl.static_range(STAGES):
             mbarrier.init(ring[3].index(i), count=1)
-        for i in gl.static_range(STAGES):
-            _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi)
+        for i in gl.static_range(STAGES):  # PDL: the weights stream in while the producer's grid finishes
+            _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi, 1 if PDL else 0)
+        if PDL:
+            _griddep(True)
+            _griddep(False)
+            for i in gl.static_range(STAGES):
+                _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi, 2)
         rs_s = _rows_to_shared(rs_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW)
         as_s = _rows_to_shared(as_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW) if GROUP_AS else rs_s
         _barrier()

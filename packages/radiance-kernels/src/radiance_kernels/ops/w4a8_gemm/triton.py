@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radiance_kernels.backends import triton_interpreted
+from radiance_kernels.backends import programmatic_launch_on, triton_interpreted
 from radiance_kernels.ops.w4a8_gemm import blockwise, tuned
 from radiance_kernels.ops.w4a8_gemm.reference import GROUP, W4Prepared, check_inputs, check_out
 from radiance_kernels.tl.bf16 import to_bf16
@@ -760,9 +760,10 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         tensors = (*tensors[:3], unpacked(), *tensors[4:])
     if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
+    pdl = bool(cfg["mma2"] and cfg["ring"]) and programmatic_launch_on(device)  # the ring waits for its producer
     if cfg["mma2"]:
         constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]],
-                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"])
+                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"], PDL=pdl)
         if cfg["ring"]:
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
@@ -776,7 +777,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     kernel[(tiles, cfg["splits"])](
         *tensors, ws, out, cnt, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
         SPLIT=split, RW=cfg["rw"], HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **constexprs,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl, **constexprs,
     )
     if split == 1:
         out[:M].copy_(ws.sum(0))

@@ -1,0 +1,69 @@
+"""Programmatic dependent launch (PDL): the switch, and on an sm_90 GPU a chain of producers and ring GEMMs — each
+GEMM's output the next producer's input — with PDL, eager and replayed from a CUDA graph, == the same launches
+without it, bytewise (a launch that read before its producer finished would see the previous input's values)."""
+
+import pytest
+import torch
+from conftest import GPU
+from test_w4a8_gemm import weights
+
+from radiance_kernels import backends
+from radiance_kernels.formats.rotation import random_rotations
+from radiance_kernels.ops.w4a8_gemm import prepare_codes
+
+SM90 = GPU and torch.version.cuda is not None and torch.cuda.get_device_capability() >= (9, 0)
+
+
+def test_switch_is_scoped(device):
+    """On where it can run (NVIDIA sm_90+, not the interpreter), off inside ``programmatic_launch(False)``, restored
+    after it even when the block raises."""
+    assert not backends.programmatic_launch_on("cpu")
+    assert backends.programmatic_launch_on(device) == SM90
+    with pytest.raises(KeyError), backends.programmatic_launch(False):
+        assert not backends.programmatic_launch_on(device)
+        with backends.programmatic_launch(True):
+            assert backends.programmatic_launch_on(device) == SM90
+        assert not backends.programmatic_launch_on(device)
+        raise KeyError
+    assert backends.programmatic_launch_on(device) == SM90
+
+
+@pytest.mark.skipif(not SM90, reason="programmatic dependent launch: NVIDIA sm_90+")
+@pytest.mark.parametrize("cfg,elem", [("mma2n64t2s", "e4m3"), ("mma8n64t2s", "int8"), ("mma8n64t2o12", "int8")])
+def test_programmatic_launch_waits_for_its_producer(cfg, elem):
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    M, K, layers = 8, 640, 6
+    ops = torch.ops.radiance
+    rots = [random_rotations(1, K, seed=i, device="cuda") for i in range(layers)]
+    ws = [prepare_codes(*weights(K, K, 4, seed=i, device="cuda"), 4) for i in range(layers)]
+    norm = torch.rand(K, device="cuda").to(torch.bfloat16) + 0.5
+
+    def chain(x):
+        h = res = x
+        for i, (rot, w) in enumerate(zip(rots, ws, strict=True)):
+            if i % 2:  # add+RMSNorm: two launches at this M (the split sum of squares)
+                _, res, A, AS, RS = ops.add_rms_norm_rotate_quant(h, res, norm, 1e-6, False, *rot, elem, "group",
+                                                                  "triton")
+            else:
+                A, AS, RS = ops.rotate_quant(h, *rot, elem, "group", "triton")
+            h = impl.gemm(A, AS, RS, w, [0, K], False, "decode", cfg=impl.DECODE[cfg])
+        return h
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    xs = [torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)]
+    with backends.programmatic_launch(False):
+        want = [chain(x) for x in xs]
+    assert all(w.isfinite().all() and w.abs().max() > 0 for w in want)
+    for x, w in zip(xs, want, strict=True):
+        assert torch.equal(chain(x), w)
+    static = xs[0].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain(static)
+    for _ in range(2):
+        for x, w in zip(xs, want, strict=True):
+            static.copy_(x)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, w)
