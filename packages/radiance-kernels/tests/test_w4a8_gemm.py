@@ -251,7 +251,7 @@ for int8, pf, k8, st, swap, pdl in ((False, 2, False, 0, 0, 0), (True, 0, False,
                                     (True, 0, True, 2, 1, 0), (False, 0, False, 2, 1, 1)):
     BM = 8 if swap else 16
     ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf, K8=k8,
-              STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), PDL=bool(pdl))
+              STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), WAIT=bool(pdl), TRIGGER=2 * pdl)
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     if st:

@@ -163,20 +163,21 @@ def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.con
 
 
 @triton.jit
-def _programmatic_start(PDL: tl.constexpr):
-    """PDL (launched as a programmatic dependent): let the next launch start now (it waits for this grid before it
-    reads what this grid writes), then wait for the previous launch's grid before reading anything."""
-    if PDL:
+def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr):
+    """TRIGGER: let the next launch start now (a programmatic dependent: it waits for this grid before it reads what
+    this grid writes); WAIT (launched as one itself): wait for the previous launch's grid before reading anything."""
+    if TRIGGER:
         gdc_launch_dependents()
+    if WAIT:
         gdc_wait()
 
 
 @triton.jit
 def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, DT: tl.constexpr, BM: tl.constexpr,
-                        PDL: tl.constexpr):
+                        WAIT: tl.constexpr, TRIGGER: tl.constexpr):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
     per (BM-row block, group)."""
-    _programmatic_start(PDL)
+    _programmatic_start(WAIT, TRIGGER)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
     g = tl.program_id(1)
@@ -227,9 +228,10 @@ def _prologue_kernel(
     M, K, G, GPP, row0, scr_rows,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
-    SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, PDL: tl.constexpr,
+    SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, WAIT: tl.constexpr,
+    TRIGGER: tl.constexpr,
 ):
-    _programmatic_start(PDL)
+    _programmatic_start(WAIT, TRIGGER)
     p = tl.program_id(0)
     rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
@@ -397,7 +399,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         part = torch.empty((M, G), dtype=torch.float32, device=dev)
         _ss_partials_kernel[(triton.cdiv(M, bm), G)](
             _bits(a), _bits(b), a.stride(0), b.stride(0), part, M, G, DT=_DT[a.dtype], BM=bm,
-            PDL=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
+            WAIT=pdl, TRIGGER=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
     chunk = M
     if scratch:  # equal chunks of whole row blocks, each within the cap
         cap = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm)
@@ -417,7 +419,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, PDL=pdl, num_warps=num_warps, enable_fp_fusion=False,
-            launch_pdl=pdl,
+            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, TRIGGER=pdl, num_warps=num_warps,
+            enable_fp_fusion=False, launch_pdl=pdl,
         )
     return out

@@ -224,7 +224,7 @@ def _w4a8_mma2_kernel(
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
     K8: gl.constexpr = False, STAGES: gl.constexpr = 0, GPS: gl.constexpr = 1, ABLATE: gl.constexpr = 0,
-    SWAP: gl.constexpr = False, PDL: gl.constexpr = False,
+    SWAP: gl.constexpr = False, WAIT: gl.constexpr = False, TRIGGER: gl.constexpr = 0,
 ):
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
@@ -237,7 +237,7 @@ def _w4a8_mma2_kernel(
     TOK: gl.constexpr = gl.SliceLayout(0 if SWAP else 1, MMA)  # a vector along the tokens
     COL: gl.constexpr = gl.SliceLayout(1 if SWAP else 0, MMA)  # a vector along the columns
     gl.static_assert(BITS == 4 and BK == 128 and (8 if SWAP else 16) == BM)
-    gl.static_assert(STAGES > 0 or not (SWAP or PDL), "swap-AB and PDL read their operands from the ring")
+    gl.static_assert(STAGES > 0 or not (SWAP or WAIT), "swap-AB and WAIT read their operands from the ring")
     n0 = gl.program_id(0) * BN
     part = (n0 >= b1).to(gl.int32) + (n0 >= b2).to(gl.int32)
     G = K // BK
@@ -251,11 +251,14 @@ def _w4a8_mma2_kernel(
                 gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
         for i in gl.static_range(STAGES):
             mbarrier.init(ring[3].index(i), count=1)
-        for i in gl.static_range(STAGES):  # PDL: the weights stream in while the producer's grid finishes
-            _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi, 1 if PDL else 0)
-        if PDL:
-            _griddep(True)
+        if TRIGGER == 1:
             _griddep(False)
+        for i in gl.static_range(STAGES):  # WAIT: the weights stream in while the producer's grid finishes
+            _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi, 1 if WAIT else 0)
+        if WAIT:
+            _griddep(True)
+            if TRIGGER == 2:
+                _griddep(False)
             for i in gl.static_range(STAGES):
                 _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi, 2)
         rs_s = _rows_to_shared(rs_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW)
@@ -346,6 +349,8 @@ def _w4a8_mma2_kernel(
         elif PF == 2:
             f = fb
             fb = fn
+    if TRIGGER == 3:
+        _griddep(False)
     if STAGES:
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ring[3].index(i))

@@ -763,7 +763,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     pdl = bool(cfg["mma2"] and cfg["ring"]) and programmatic_launch_on(device)  # the ring waits for its producer
     if cfg["mma2"]:
         constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]],
-                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"], PDL=pdl)
+                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"], WAIT=pdl,
+                          TRIGGER=2 if pdl else 0)
         if cfg["ring"]:
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
