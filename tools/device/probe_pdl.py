@@ -1,9 +1,9 @@
-"""Probe (GPU): which programmatic-dependent-launch roles pay in a decode chain of served linears (the stream
+"""Probe (GPU): whether programmatic dependent launch pays in a decode chain of served linears (the stream
 producer, then the ring GEMM, over enough weight copies to stream from DRAM), per-linear time inside one CUDA
-graph. Each variant sets, for the producers and for the ring GEMM, whether they are launched as programmatic
-dependents (and wait for their predecessor) and where they let the next launch start: the producer at its start;
-the GEMM at its start (1), after its wait (2) or after its group loop (3). Outputs are checked equal to the plain
-launches'. Writes ``$OUT/probe_pdl.json``.
+graph. Each variant sets whether the producers are launched as programmatic dependents (waiting for their
+predecessor at their start) and whether the GEMM lets the next launch start after its group loop. Outputs are
+checked equal to the plain launches'. Writes ``$OUT/probe_pdl.json``. (H200 call 73 ran this at commit 75e9c4c,
+with further role sets: the GEMM launched as its producer's dependent — slower — and other trigger points.)
 
     PYTHONPATH=packages/radiance-kernels/src:packages/radiance-bench/src OUT=dir python3 tools/device/probe_pdl.py
 """
@@ -19,11 +19,8 @@ from radiance_kernels.ops.stream import triton as st
 from radiance_kernels.ops.w4a8_gemm import mma2
 from radiance_kernels.shapes import projections
 
-#: name: (producer waits, producer triggers, GEMM waits, GEMM trigger position)
-VARIANTS = {"none": (0, 0, 0, 0), "all t2": (1, 1, 1, 2), "all t3": (1, 1, 1, 3), "all t1": (1, 1, 1, 1),
-            "prod->gemm": (0, 1, 1, 0), "gemm t3->prod": (1, 0, 0, 3), "gemm t1->prod": (1, 0, 0, 1),
-            "launch attr only": (1, 0, 1, 0)}
-GEMM_ONLY = ("none", "all t1", "all t2", "all t3", "launch attr only")
+#: name: (producers wait, GEMM triggers)
+VARIANTS = {"none": (0, 0), "gemm->prod": (1, 1), "prod waits only": (1, 0), "gemm triggers only": (0, 1)}
 ORIG = {"prologue": st._prologue_kernel, "partials": st._ss_partials_kernel, "gemm": mma2._w4a8_mma2_kernel}
 
 
@@ -42,10 +39,10 @@ class Roles:
 
 
 def use(variant: str) -> None:
-    pw, pt, gw, gt = VARIANTS[variant]
-    st._prologue_kernel = Roles(ORIG["prologue"], WAIT=bool(pw), TRIGGER=bool(pt), launch_pdl=bool(pw))
-    st._ss_partials_kernel = Roles(ORIG["partials"], WAIT=bool(pw), TRIGGER=bool(pt), launch_pdl=bool(pw))
-    mma2._w4a8_mma2_kernel = Roles(ORIG["gemm"], WAIT=bool(gw), TRIGGER=gt, launch_pdl=bool(gw))
+    wait, trigger = map(bool, VARIANTS[variant])
+    st._prologue_kernel = Roles(ORIG["prologue"], WAIT=wait, launch_pdl=wait)
+    st._ss_partials_kernel = Roles(ORIG["partials"], WAIT=wait, launch_pdl=wait)
+    mma2._w4a8_mma2_kernel = Roles(ORIG["gemm"], TRIGGER=trigger)
 
 
 res = []
@@ -58,27 +55,21 @@ for proj in projections(1):
         ws = [w4_weight(proj, 4, seed=i) for i in range(n)]
         prods = [producer_calls(proj.name, M, proj.K, i, w, elem)[0] for i, w in enumerate(ws)]
         served = [lambda f=f, w=w: w4a8_gemm(w, *f()) for f, w in zip(prods, ws, strict=True)]
-        fixed = [f() for f in prods]
-        gemms = [lambda a=a, w=w: w4a8_gemm(w, *a) for a, w in zip(fixed, ws, strict=True)]
         use("none")
         want = [c() for c in served[:2]]
-        for chain, calls in (("served", served), ("gemm only", gemms)):
-            for variant in VARIANTS:
-                if chain == "gemm only" and variant not in GEMM_ONLY:
-                    continue  # no producer in the chain: the GEMM roles only
-                use(variant)
-                got = [c() for c in calls[:2]]
-                same = chain != "served" or all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
-                t = graph_time(calls)
-                row = dict(proj=proj.name, elem=elem, M=M, chain=chain, variant=variant, roles=VARIANTS[variant],
-                           best_us=t.best_us, median_us=t.median_us, same=same)
-                res.append(row)
-                print(json.dumps(row), flush=True)
+        for variant in VARIANTS:
+            use(variant)
+            same = all(torch.equal(g, w) for g, w in zip([c() for c in served[:2]], want, strict=True))
+            t = graph_time(served)
+            row = dict(proj=proj.name, elem=elem, M=M, variant=variant, roles=VARIANTS[variant], best_us=t.best_us,
+                       median_us=t.median_us, same=same)
+            res.append(row)
+            print(json.dumps(row), flush=True)
         use("none")
-        del ws, prods, served, fixed, gemms
+        del ws, prods, served
 os.makedirs(os.environ["OUT"], exist_ok=True)
 with open(os.path.join(os.environ["OUT"], "probe_pdl.json"), "w") as f:
     json.dump(res, f, indent=1)
 for r in res:
-    print(f"{r['proj']:16s} {r['elem']:5s} {r['chain']:9s} {r['variant']:17s} {r['best_us']:7.1f} us"
+    print(f"{r['proj']:16s} {r['elem']:5s} {r['variant']:18s} {r['best_us']:7.1f} us"
           f"{'' if r['same'] else '  DIFFERS'}")

@@ -180,7 +180,7 @@ def mma2_variants(name: str, knobs: dict) -> list:
     for int8 in (False, True):
         ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=cfg["BM"], BN=cfg["BN"],
                   BK=GROUP, PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], GPS=16 if cfg["ring"] else 1, ABLATE=0,
-                  SWAP=cfg["swap"], WAIT=False, TRIGGER=0)
+                  SWAP=cfg["swap"], TRIGGER=False)
         opts = dict(num_warps=cfg["num_warps"], num_stages=1, maxnreg=cfg["maxnreg"], int8=int8)
         out.append((f"w4a8 decode {name} int4 {'int8' if int8 else 'e4m3'} group", _w4a8_mma2_kernel, ce, opts,
                     cfg["BN"] * GROUP))

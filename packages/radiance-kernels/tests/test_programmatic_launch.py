@@ -1,6 +1,7 @@
-"""Programmatic dependent launch (PDL): the switch, and on an sm_90 GPU a chain of producers and ring GEMMs — each
-GEMM's output the next producer's input — with PDL, eager and replayed from a CUDA graph, == the same launches
-without it, bytewise (a launch that read before its producer finished would see the previous input's values)."""
+"""Programmatic dependent launch (PDL): the switch, and on an sm_90 GPU a chain of producers and decode GEMMs — each
+GEMM's output the next producer's input; the GEMM lets the next launch start after its loop, the producers are
+launched as its dependents and wait for it — eager and replayed from a CUDA graph, == the same launches without PDL,
+bytewise (a producer that read before its GEMM finished would see the previous input's values)."""
 
 import pytest
 import torch

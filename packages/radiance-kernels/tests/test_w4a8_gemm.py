@@ -251,7 +251,7 @@ for int8, pf, k8, st, swap, pdl in ((False, 2, False, 0, 0, 0), (True, 0, False,
                                     (True, 0, True, 2, 1, 0), (False, 0, False, 2, 1, 1)):
     BM = 8 if swap else 16
     ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf, K8=k8,
-              STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), WAIT=bool(pdl), TRIGGER=2 * pdl)
+              STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), TRIGGER=bool(pdl))
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     if st:
@@ -300,13 +300,13 @@ def test_mma2_compiles_for_sm90():
     inline PTX, each operand kind issues its MMA (8-bit operands: k32, half as many), the fp16 kind converts e4m3
     activations by the paired convert, and nothing is stored to shared memory before the epilogue's atomic (no
     operand staging: the ring's words come by TMA, its ``[16, 64]`` / ``[64]`` tiles in four stages; the fragments'
-    relabelling from them is register-only, else the compile fails); a ring launched as a programmatic dependent
-    (PDL) waits for its producer's grid once and lets the next launch start once."""
+    relabelling from them is register-only, else the compile fails); with TRIGGER it lets the next launch start
+    once (and never waits: it is not launched as a programmatic dependent)."""
     for r in compiled_for_sm90(MMA2_SM90):
         assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
         assert r["n_mma"] >= (4 if r["k8"] else 8) and not r["st_loop"], r
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
-        assert r["gdc"] == [r["pdl"]] * 2, r  # PDL: one wait for the producer, one trigger for the next launch
+        assert r["gdc"] == [0, r["pdl"]], r  # TRIGGER: the next launch may start (once); the kernel never waits
         if r["st"]:
             assert r["tma"] >= 3 and r["shared"] >= r["st"] * ((16 * 64 + 64) * 4 + 8 * 128), r
         else:

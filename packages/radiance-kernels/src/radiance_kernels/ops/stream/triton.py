@@ -20,9 +20,9 @@ stored by the p = 0 programs only. The math follows :mod:`radiance_kernels.ops.s
 for operation.
 
 Where :func:`radiance_kernels.backends.programmatic_launch_on` holds, every launch here is a programmatic
-dependent (``PDL``): its programs first let the next launch start (``griddepcontrol.launch_dependents``: the ring
-GEMM that consumes the codes issues its weight tiles meanwhile), then wait for the previous launch's grid before
-reading or writing anything.
+dependent (``WAIT``): scheduled as soon as the launch before it lets it (the decode GEMM does after its group loop),
+its programs wait for that grid before reading or writing anything; the launch's latency hides behind the GEMM's
+tail. Not the other way round: a GEMM scheduled early behind its producer lost (H200 call 73, :mod:`..w4a8_gemm.mma2`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 from torch.utils.weak import WeakIdKeyDictionary
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.language.extra.cuda import gdc_wait
 
 from radiance_kernels.backends import programmatic_launch_on
 from radiance_kernels.formats.rotation import GROUP, givens_tables
@@ -163,21 +163,19 @@ def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.con
 
 
 @triton.jit
-def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr):
-    """TRIGGER: let the next launch start now (a programmatic dependent: it waits for this grid before it reads what
-    this grid writes); WAIT (launched as one itself): wait for the previous launch's grid before reading anything."""
-    if TRIGGER:
-        gdc_launch_dependents()
+def _programmatic_start(WAIT: tl.constexpr):
+    """WAIT (launched as a programmatic dependent): wait for the previous launch's grid, complete and its writes
+    visible, before reading or writing anything."""
     if WAIT:
         gdc_wait()
 
 
 @triton.jit
 def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, DT: tl.constexpr, BM: tl.constexpr,
-                        WAIT: tl.constexpr, TRIGGER: tl.constexpr):
+                        WAIT: tl.constexpr):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
     per (BM-row block, group)."""
-    _programmatic_start(WAIT, TRIGGER)
+    _programmatic_start(WAIT)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
     g = tl.program_id(1)
@@ -229,9 +227,8 @@ def _prologue_kernel(
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
     SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, WAIT: tl.constexpr,
-    TRIGGER: tl.constexpr,
 ):
-    _programmatic_start(WAIT, TRIGGER)
+    _programmatic_start(WAIT)
     p = tl.program_id(0)
     rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
@@ -399,7 +396,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         part = torch.empty((M, G), dtype=torch.float32, device=dev)
         _ss_partials_kernel[(triton.cdiv(M, bm), G)](
             _bits(a), _bits(b), a.stride(0), b.stride(0), part, M, G, DT=_DT[a.dtype], BM=bm,
-            WAIT=pdl, TRIGGER=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
+            WAIT=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
     chunk = M
     if scratch:  # equal chunks of whole row blocks, each within the cap
         cap = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm)
@@ -419,7 +416,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, TRIGGER=pdl, num_warps=num_warps,
-            enable_fp_fusion=False, launch_pdl=pdl,
+            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, num_warps=num_warps, enable_fp_fusion=False,
+            launch_pdl=pdl,
         )
     return out

@@ -43,10 +43,13 @@ against 440 for e4m3). The same K order (the unpack and activation pickers are e
 roles and the frame's axes change. H200 call 67: 1.08-1.32x the unswapped ring at M = 4, 8 on every shape (gate_up
 M = 8: 32.2 / 30.2 us e4m3 / int8 against 42.6 / 38.4).
 
-``PDL`` (with ``STAGES``; :func:`radiance_kernels.backends.programmatic_launch_on`): launched as a programmatic
-dependent of its producer, which lets it start as the producer's programs start. The ring's first weight and scale
-tiles are issued at once, then ``griddepcontrol.wait`` for the producer's grid, ``launch_dependents`` for the next
-launch, and only then the activation tiles and row inputs: the launch and the ring's fill overlap the producer.
+``TRIGGER`` (:func:`radiance_kernels.backends.programmatic_launch_on`): after its group loop each program lets the
+next launch start (``griddepcontrol.launch_dependents``): the next layer's producer, launched as a programmatic
+dependent, is scheduled during the split reduction and the epilogue and waits there for this grid. H200 call 73
+(``tools/device/probe_pdl.py``, served chains at M = 8, per linear): 0.5-0.8 us saved (out_proj 16.2 -> 15.5 us,
+down 25.9 -> 25.3); the other way round — this kernel launched early as its producer's dependent, waiting in its
+prologue — cost 1-16 us per linear (gate_up 41.9 -> 57.6 us), whether the wait came before or after its first weight
+tiles.
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens x ``BN`` columns, warps side by side along N; splits and the split-order
@@ -146,32 +149,17 @@ def _rows_to_shared(x_ptr, part, M, G, g_lo, g_hi, BM: gl.constexpr, GPS: gl.con
 
 
 @gluon.jit
-def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred, PART: gl.constexpr = 0):
+def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred):
     """TMA group g's weight words ``[16, BN]``, activation words ``[16 rows, 16]`` (int64; rows from the partition's
     first: those past M are not stored) and scale / zero words ``[BN]`` (``sz`` flat: a partial last tile reads the
-    next group's head, columns that are not stored) into stage ``st``. ``PART`` 1: the stage's barrier expects all
-    of it, the weights' and scales' copies are issued; 2: the activations' copy (PDL: the weights before the
-    producer's grid is waited for, the activations after); 0: both."""
+    next group's head, columns that are not stored) into stage ``st``."""
     wq_desc, a_desc, sz_desc = descs
     w_s, a_s, s_s, bars = ring
     nbytes: gl.constexpr = wq_desc.block_type.nbytes + a_desc.block_type.nbytes + sz_desc.block_type.nbytes
-    if PART != 2:
-        mbarrier.expect(bars.index(st), nbytes, pred=pred)
-        tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), w_s.index(st), pred=pred)
-        tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), s_s.index(st), pred=pred)
-    if PART != 1:
-        tma.async_copy_global_to_shared(a_desc, [a_row, g * 16], bars.index(st), a_s.index(st), pred=pred)
-
-
-@gluon.jit
-def _griddep(WAIT: gl.constexpr):
-    """``griddepcontrol``: WAIT for the previous launch's grid (complete, its writes visible), or let the next
-    launch start (it waits for this grid in turn before it reads what this grid writes)."""
-    if WAIT:
-        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-    else:
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
-                                  pack=1)
+    mbarrier.expect(bars.index(st), nbytes, pred=pred)
+    tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), w_s.index(st), pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [a_row, g * 16], bars.index(st), a_s.index(st), pred=pred)
+    tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), s_s.index(st), pred=pred)
 
 
 @gluon.constexpr_function
@@ -224,7 +212,7 @@ def _w4a8_mma2_kernel(
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
     K8: gl.constexpr = False, STAGES: gl.constexpr = 0, GPS: gl.constexpr = 1, ABLATE: gl.constexpr = 0,
-    SWAP: gl.constexpr = False, WAIT: gl.constexpr = False, TRIGGER: gl.constexpr = 0,
+    SWAP: gl.constexpr = False, TRIGGER: gl.constexpr = False,
 ):
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
@@ -237,7 +225,7 @@ def _w4a8_mma2_kernel(
     TOK: gl.constexpr = gl.SliceLayout(0 if SWAP else 1, MMA)  # a vector along the tokens
     COL: gl.constexpr = gl.SliceLayout(1 if SWAP else 0, MMA)  # a vector along the columns
     gl.static_assert(BITS == 4 and BK == 128 and (8 if SWAP else 16) == BM)
-    gl.static_assert(STAGES > 0 or not (SWAP or WAIT), "swap-AB and WAIT read their operands from the ring")
+    gl.static_assert(STAGES > 0 or not SWAP, "swap-AB reads its operands from the ring")
     n0 = gl.program_id(0) * BN
     part = (n0 >= b1).to(gl.int32) + (n0 >= b2).to(gl.int32)
     G = K // BK
@@ -251,16 +239,8 @@ def _w4a8_mma2_kernel(
                 gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
         for i in gl.static_range(STAGES):
             mbarrier.init(ring[3].index(i), count=1)
-        if TRIGGER == 1:
-            _griddep(False)
-        for i in gl.static_range(STAGES):  # WAIT: the weights stream in while the producer's grid finishes
-            _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi, 1 if WAIT else 0)
-        if WAIT:
-            _griddep(True)
-            if TRIGGER == 2:
-                _griddep(False)
-            for i in gl.static_range(STAGES):
-                _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi, 2)
+        for i in gl.static_range(STAGES):
+            _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi)
         rs_s = _rows_to_shared(rs_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW)
         as_s = _rows_to_shared(as_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW) if GROUP_AS else rs_s
         _barrier()
@@ -349,8 +329,9 @@ def _w4a8_mma2_kernel(
         elif PF == 2:
             f = fb
             fb = fn
-    if TRIGGER == 3:
-        _griddep(False)
+    if TRIGGER:  # the next launch (a programmatic dependent: the next producer) may start; it waits for this grid
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                                  pack=1)
     if STAGES:
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ring[3].index(i))

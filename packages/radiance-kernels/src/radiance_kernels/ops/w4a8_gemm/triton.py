@@ -760,11 +760,10 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         tensors = (*tensors[:3], unpacked(), *tensors[4:])
     if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
-    pdl = bool(cfg["mma2"] and cfg["ring"]) and programmatic_launch_on(device)  # the ring waits for its producer
     if cfg["mma2"]:
         constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]],
-                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"], WAIT=pdl,
-                          TRIGGER=2 if pdl else 0)
+                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"],
+                          TRIGGER=programmatic_launch_on(device))  # the next producer may start after the loop
         if cfg["ring"]:
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
@@ -778,7 +777,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     kernel[(tiles, cfg["splits"])](
         *tensors, ws, out, cnt, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
         SPLIT=split, RW=cfg["rw"], HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl, **constexprs,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **constexprs,
     )
     if split == 1:
         out[:M].copy_(ws.sum(0))
