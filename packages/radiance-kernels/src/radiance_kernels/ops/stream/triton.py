@@ -20,9 +20,10 @@ stored by the p = 0 programs only. The math follows :mod:`radiance_kernels.ops.s
 for operation.
 
 Where :func:`radiance_kernels.backends.programmatic_launch_on` holds, every launch here is a programmatic
-dependent (``WAIT``): scheduled as soon as the launch before it lets it (the decode GEMM does after its group loop),
-its programs wait for that grid before reading or writing anything; the launch's latency hides behind the GEMM's
-tail. Not the other way round: a GEMM scheduled early behind its producer lost (H200 call 73, :mod:`..w4a8_gemm.mma2`).
+dependent (``WAIT``): scheduled as soon as the launch before it lets it (the decode GEMM does after its group loop,
+the split add+RMSNorm's partials launch as it starts), its programs wait for that grid before reading or writing
+anything; the launch's latency hides behind its predecessor's tail. Not the other way round: a GEMM scheduled early
+behind its producer lost (H200 call 73, :mod:`radiance_kernels.ops.w4a8_gemm.mma2`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 from torch.utils.weak import WeakIdKeyDictionary
-from triton.language.extra.cuda import gdc_wait
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from radiance_kernels.backends import programmatic_launch_on
 from radiance_kernels.formats.rotation import GROUP, givens_tables
@@ -163,9 +164,11 @@ def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.con
 
 
 @triton.jit
-def _programmatic_start(WAIT: tl.constexpr):
-    """WAIT (launched as a programmatic dependent): wait for the previous launch's grid, complete and its writes
-    visible, before reading or writing anything."""
+def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False):
+    """TRIGGER: let the next launch (a programmatic dependent) start now; WAIT (launched as one): wait for the
+    previous launch's grid, complete and its writes visible, before reading or writing anything."""
+    if TRIGGER:
+        gdc_launch_dependents()
     if WAIT:
         gdc_wait()
 
@@ -174,8 +177,8 @@ def _programmatic_start(WAIT: tl.constexpr):
 def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, DT: tl.constexpr, BM: tl.constexpr,
                         WAIT: tl.constexpr):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
-    per (BM-row block, group)."""
-    _programmatic_start(WAIT)
+    per (BM-row block, group). With WAIT it also lets the main launch start at once (it waits for this grid)."""
+    _programmatic_start(WAIT, WAIT)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
     g = tl.program_id(1)
