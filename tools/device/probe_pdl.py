@@ -1,7 +1,8 @@
 """Probe (GPU): whether programmatic dependent launch pays in a decode chain of served linears (the stream
 producer, then the ring GEMM, over enough weight copies to stream from DRAM), per-linear time inside one CUDA
 graph. Each variant sets whether the producers are launched as programmatic dependents (waiting for their
-predecessor at their start) and whether the GEMM lets the next launch start after its group loop. Outputs are
+predecessor at their start), whether the GEMM lets the next launch start after its group loop, and whether the split
+add+RMSNorm's first launch (the sum-of-squares partials) lets its main launch start as it starts. Outputs are
 checked equal to the plain launches'. Writes ``$OUT/probe_pdl.json``. (H200 call 73 ran this at commit 75e9c4c,
 with further role sets: the GEMM launched as its producer's dependent — slower — and other trigger points.)
 
@@ -19,8 +20,9 @@ from radiance_kernels.ops.stream import triton as st
 from radiance_kernels.ops.w4a8_gemm import mma2
 from radiance_kernels.shapes import projections
 
-#: name: (producers wait, GEMM triggers)
-VARIANTS = {"none": (0, 0), "gemm->prod": (1, 1), "prod waits only": (1, 0), "gemm triggers only": (0, 1)}
+#: name: (producers wait, GEMM triggers, the split add+RMSNorm's partials launch triggers)
+VARIANTS = {"none": (0, 0, 0), "gemm->prod": (1, 1, 1), "gemm->prod, partials no trigger": (1, 1, 0),
+            "prod waits only": (1, 0, 0), "gemm triggers only": (0, 1, 0)}
 ORIG = {"prologue": st._prologue_kernel, "partials": st._ss_partials_kernel, "gemm": mma2._w4a8_mma2_kernel}
 
 
@@ -39,9 +41,9 @@ class Roles:
 
 
 def use(variant: str) -> None:
-    wait, trigger = map(bool, VARIANTS[variant])
+    wait, trigger, partials = map(bool, VARIANTS[variant])
     st._prologue_kernel = Roles(ORIG["prologue"], WAIT=wait, launch_pdl=wait)
-    st._ss_partials_kernel = Roles(ORIG["partials"], WAIT=wait, launch_pdl=wait)
+    st._ss_partials_kernel = Roles(ORIG["partials"], WAIT=wait, TRIGGER=partials, launch_pdl=wait)
     mma2._w4a8_mma2_kernel = Roles(ORIG["gemm"], TRIGGER=trigger)
 
 
@@ -71,5 +73,5 @@ os.makedirs(os.environ["OUT"], exist_ok=True)
 with open(os.path.join(os.environ["OUT"], "probe_pdl.json"), "w") as f:
     json.dump(res, f, indent=1)
 for r in res:
-    print(f"{r['proj']:16s} {r['elem']:5s} {r['variant']:18s} {r['best_us']:7.1f} us"
+    print(f"{r['proj']:16s} {r['elem']:5s} {r['variant']:31s} {r['best_us']:7.1f} us"
           f"{'' if r['same'] else '  DIFFERS'}")

@@ -175,10 +175,10 @@ def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False):
 
 @triton.jit
 def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, DT: tl.constexpr, BM: tl.constexpr,
-                        WAIT: tl.constexpr):
+                        WAIT: tl.constexpr, TRIGGER: tl.constexpr):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
-    per (BM-row block, group). With WAIT it also lets the main launch start at once (it waits for this grid)."""
-    _programmatic_start(WAIT, WAIT)
+    per (BM-row block, group). TRIGGER: the main launch may start at once (it waits for this grid)."""
+    _programmatic_start(WAIT, TRIGGER)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
     g = tl.program_id(1)
@@ -399,7 +399,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         part = torch.empty((M, G), dtype=torch.float32, device=dev)
         _ss_partials_kernel[(triton.cdiv(M, bm), G)](
             _bits(a), _bits(b), a.stride(0), b.stride(0), part, M, G, DT=_DT[a.dtype], BM=bm,
-            WAIT=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
+            WAIT=pdl, TRIGGER=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
     chunk = M
     if scratch:  # equal chunks of whole row blocks, each within the cap
         cap = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm)
