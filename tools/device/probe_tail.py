@@ -1,6 +1,6 @@
 """Probe (GPU): the decode GEMM's fixed cost beside its weight stream. At M = 8, each projection's tuned config
 (GEMM alone on quantised activations, a chain over enough weight copies to stream from DRAM, inside one CUDA graph)
-against the same config with more split partials per L2 round trip in the split-order reduction (``rw`` 8, 16:
+with 4 split partials per L2 round trip against the same config with more in the split-order reduction (``rw`` 8, 16:
 bit-identical, only the loads in flight change) and with half the splits; plus a K = 1024 GEMM of o_proj's N, whose
 time is nearly all launch, ring fill and reduction. Writes ``$OUT/probe_tail.json``.
 
@@ -34,8 +34,8 @@ for proj in projs:
         key = (proj.N, 6144 if proj is projs[-1] else proj.K)  # the tiny GEMM runs o_proj's config
         name = tuned.pick(torch.cuda.get_device_name(), "w4a8_gemm", "decode", M, *key, act, 4)
         base = w4.config(M, proj.N, proj.K, "decode", False, w4.DECODE[name])
-        variants = {"tuned": {}, "rw8": {"rw": 8}, "rw16": {"rw": 16},
-                    "half splits": {"splits": max(1, base["splits"] // 2)}}
+        variants = {"rw4": {"rw": 4}, "rw8": {"rw": 8}, "rw16": {"rw": 16},
+                    "half splits": {"splits": max(1, base["splits"] // 2), "rw": 4}}
         want = None
         for label, knobs in variants.items():
             cfg = {**w4.DECODE[name], **knobs}

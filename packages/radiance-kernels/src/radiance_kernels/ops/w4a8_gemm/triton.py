@@ -45,6 +45,7 @@ from radiance_kernels.tl.bf16 import to_bf16
 from radiance_kernels.tl.e4m3 import e4m3_encode_sw
 
 DECODE_MAX_M = 64
+RW8_SPLITS = 8  # mma2 configs take 8 split partials per reduction step from this many splits (rw auto)
 # Runtime ints that vary per call/layer: one compiled kernel for all of them (no 1 / %16 variants).
 NO_SPECIALIZE = ["M", "b1", "b2", "groups_per_split"]
 _SMS = 132  # H200
@@ -415,9 +416,12 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: 20.7 / 17.9, gate_up 43.4 / 34.0, down 30.1 / 22.6; M=2 gate_up 63.2 / 36.5; M=4 it beats the MMA loop on all but
 #: down (gate_up 53.4 vs 61.2). Since session 5 the gemv configs also take e4m3 activations (fp32 FMAs on exactly
 #: biased codes, :mod:`.gemv`): H200 call 28, M = 1, best gemv vs the best MMA config: qkv 20.2 vs 26.7, gate_up 36.7 vs
-#: 57.7, down 27.9 vs 33.2 us. "rw" (all configs) is the split reduction's partials per L2 round trip (4 unless a config
-#: says): the "r" siblings take 8 / 16, which pays where a tile has many splits of few groups (o_proj, 48 splits of one
-#: group: 15.5 -> 12.3 us, call 29) and costs residency elsewhere (its registers lift the 32-register gemv loop to ~50).
+#: 57.7, down 27.9 vs 33.2 us. "rw" (all configs) is the split reduction's partials per L2 round trip (None: auto, 8 for
+#: mma2 configs at RW8_SPLITS splits or more, else 4): the gemv "r" siblings take 8 / 16, which pays where a tile has
+#: many splits of few groups (o_proj, 48 splits of one group: 15.5 -> 12.3 us, call 29) and costs residency elsewhere
+#: (its registers lift the 32-register gemv loop to ~50). mma2 at M = 8 (H200 call 78, ``tools/device/probe_tail.py``,
+#: us, rw 4 -> 8): down (13 splits) 20.6 -> 19.0 e4m3, 19.7 -> 18.7 int8; o_proj / out_proj (8) 11.1 -> 10.7-10.8;
+#: with 2-7 splits it cost up to 1.1 (gate_up 32.2 -> 33.3, qkv e4m3 16.2 -> 17.2: 64 -> 78 registers).
 #: "mma2*" (M <= 16, int4, NVIDIA): the Gluon kernel of :mod:`.mma2`, both MMA operands loaded in their fragment
 #: layouts; "p" / "p2" load the fragments one / two groups ahead, "n64" is 64 columns on 2 warps at 8 programs per SM.
 #: H200 calls 32-35 (M = 8 e4m3, us, vs nib8xpr): mma2p2 gate_up 52.9 vs 66.2, qkv 25.2 vs 28.3; mma2n64p o_proj 15.1
@@ -450,7 +454,7 @@ def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
     return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
-                gemv=False, mma2=False, pf=0, k8=False, rw=4, ring=0) | knobs
+                gemv=False, mma2=False, pf=0, k8=False, rw=None, ring=0) | knobs
 
 
 DECODE = {
@@ -604,7 +608,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         cfg = dict(BM=32, BN=128, KS=64, GROUP_M=8, splits=1, num_warps=8, num_stages=3)
     else:
         cfg = dict(splits=1, **PREFILL[prefill])
-    base = dict(occ=None, reduce="kernel", rw=4, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
+    base = dict(occ=None, reduce="kernel", rw=None, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
                 apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False, wgmma=False, ring=0)
     cfg = base | cfg | override
     if cfg["gemv"]:
@@ -614,9 +618,6 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
             raise ValueError("w4a8_gemm config: gemv has no dot16 / nib8 / swap / apre / ablate (no MMA)")
         cfg["BM"] = _pow2_at_least(M, 1)  # tokens are registers here: no 16-row MMA tile
         cfg["BN"] = min(cfg["BN"], max(128, 2048 // cfg["BM"]))  # ptxas sm_90: BM=16 x 256 spills
-    if cfg["rw"] not in (1, 2, 4, 8, 16):
-        raise ValueError(f"w4a8_gemm config: rw (split partials per reduction step) must be 1, 2, 4, 8 or 16, got "
-                         f"{cfg['rw']!r}")
     if cfg["pf"] not in (0, 1, 2) or (cfg["pf"] and not cfg["mma2"]):
         raise ValueError(f"w4a8_gemm config: pf (groups of fragments loaded ahead: 0, 1, 2) is a knob of the mma2 "
                          f"kernel, got {cfg['pf']!r}")
@@ -661,6 +662,11 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
             cfg["splits"] = _balanced_splits(tiles, G, min(M, cfg["BM"]))
     cfg["per"] = triton.cdiv(G, cfg["splits"])
     cfg["splits"] = triton.cdiv(G, cfg["per"])
+    if cfg["rw"] is None:  # auto: wider reduction steps where a tile has many splits (mma2)
+        cfg["rw"] = 8 if cfg["mma2"] and cfg["splits"] >= RW8_SPLITS else 4
+    if cfg["rw"] not in (1, 2, 4, 8, 16):
+        raise ValueError(f"w4a8_gemm config: rw (split partials per reduction step) must be 1, 2, 4, 8 or 16, got "
+                         f"{cfg['rw']!r}")
     return cfg
 
 
