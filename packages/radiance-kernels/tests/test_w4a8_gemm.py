@@ -399,12 +399,12 @@ def test_mma2_ring_knobs_are_checked():
 
 
 def test_split_reduction_width_auto():
-    """rw unset: mma2 configs reduce 8 split partials per L2 round trip from RW8_SPLITS splits on, 4 below and on every
-    other kernel; a config that names its rw keeps it, a bad one is named."""
+    """rw unset: swap-AB mma2 configs reduce 8 split partials per L2 round trip from RW8_SPLITS splits on, 4 below, on
+    16-token mma2 tiles and on every other kernel; a config that names its rw keeps it, a bad one is named."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    for name, splits, rw in (("mma2t2s", impl.RW8_SPLITS, 8), ("mma2t2s", impl.RW8_SPLITS - 1, 4), ("nib8", 16, 4),
-                             ("gemv128_o16r", 16, 16)):
+    for name, splits, rw in (("mma2t2s", impl.RW8_SPLITS, 8), ("mma2t2s", impl.RW8_SPLITS - 1, 4), ("mma8n64t2", 16, 4),
+                             ("nib8", 16, 4), ("gemv128_o16r", 16, 16)):
         cfg = impl.config(8, 5120, 6144, "decode", False, {**impl.DECODE[name], "splits": splits})
         assert (cfg["splits"], cfg["rw"]) == (splits, rw), (name, cfg)
     assert impl.config(8, 5120, 6144, "decode", False, {**impl.DECODE["mma2t2s"], "splits": 12, "rw": 4})["rw"] == 4

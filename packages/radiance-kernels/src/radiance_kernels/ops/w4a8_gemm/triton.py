@@ -417,11 +417,13 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: down (gate_up 53.4 vs 61.2). Since session 5 the gemv configs also take e4m3 activations (fp32 FMAs on exactly
 #: biased codes, :mod:`.gemv`): H200 call 28, M = 1, best gemv vs the best MMA config: qkv 20.2 vs 26.7, gate_up 36.7 vs
 #: 57.7, down 27.9 vs 33.2 us. "rw" (all configs) is the split reduction's partials per L2 round trip (None: auto, 8 for
-#: mma2 configs at RW8_SPLITS splits or more, else 4): the gemv "r" siblings take 8 / 16, which pays where a tile has
-#: many splits of few groups (o_proj, 48 splits of one group: 15.5 -> 12.3 us, call 29) and costs residency elsewhere
-#: (its registers lift the 32-register gemv loop to ~50). mma2 at M = 8 (H200 call 78, ``tools/device/probe_tail.py``,
-#: us, rw 4 -> 8): down (13 splits) 20.6 -> 19.0 e4m3, 19.7 -> 18.7 int8; o_proj / out_proj (8) 11.1 -> 10.7-10.8;
-#: with 2-7 splits it cost up to 1.1 (gate_up 32.2 -> 33.3, qkv e4m3 16.2 -> 17.2: 64 -> 78 registers).
+#: swap-AB mma2 configs at RW8_SPLITS splits or more, else 4): the gemv "r" siblings take 8 / 16, which pays where a
+#: tile has many splits of few groups (o_proj, 48 splits of one group: 15.5 -> 12.3 us, call 29) and costs residency
+#: elsewhere (its registers lift the 32-register gemv loop to ~50). Swap-AB at M = 8 (H200 call 78,
+#: ``tools/device/probe_tail.py``, us, rw 4 -> 8): down (13 splits) 20.6 -> 19.0 e4m3, 19.7 -> 18.7 int8; o_proj /
+#: out_proj (8) 11.1 -> 10.7-10.8; with 2-7 splits it cost up to 1.1 (gate_up 32.2 -> 33.3, qkv e4m3 16.2 -> 17.2: 64
+#: -> 78 registers). The 16-token tiles (M = 9-16) keep 4: at 8 their registers go 84-96 -> 168 (ptxas sm_90) and
+#: int8 M = 16 lost 13-21 % (call 79: o_proj 18.2 -> 20.6 us, down 27.4 -> 33.1).
 #: "mma2*" (M <= 16, int4, NVIDIA): the Gluon kernel of :mod:`.mma2`, both MMA operands loaded in their fragment
 #: layouts; "p" / "p2" load the fragments one / two groups ahead, "n64" is 64 columns on 2 warps at 8 programs per SM.
 #: H200 calls 32-35 (M = 8 e4m3, us, vs nib8xpr): mma2p2 gate_up 52.9 vs 66.2, qkv 25.2 vs 28.3; mma2n64p o_proj 15.1
@@ -662,8 +664,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
             cfg["splits"] = _balanced_splits(tiles, G, min(M, cfg["BM"]))
     cfg["per"] = triton.cdiv(G, cfg["splits"])
     cfg["splits"] = triton.cdiv(G, cfg["per"])
-    if cfg["rw"] is None:  # auto: wider reduction steps where a tile has many splits (mma2)
-        cfg["rw"] = 8 if cfg["mma2"] and cfg["splits"] >= RW8_SPLITS else 4
+    if cfg["rw"] is None:  # auto: wider reduction steps where a swap-AB tile has many splits
+        cfg["rw"] = 8 if cfg["mma2"] and cfg["swap"] and cfg["splits"] >= RW8_SPLITS else 4
     if cfg["rw"] not in (1, 2, 4, 8, 16):
         raise ValueError(f"w4a8_gemm config: rw (split partials per reduction step) must be 1, 2, 4, 8 or 16, got "
                          f"{cfg['rw']!r}")
