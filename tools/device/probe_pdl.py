@@ -9,10 +9,8 @@ with further role sets: the GEMM launched as its producer's dependent — slower
     PYTHONPATH=packages/radiance-kernels/src:packages/radiance-bench/src OUT=dir python3 tools/device/probe_pdl.py
 """
 
-import json
-import os
-
 import torch
+from probe_out import record, save
 
 from radiance_bench.kernelbench.cases import producer_calls, w4_weight, w4a8_gemm
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
@@ -65,13 +63,8 @@ for proj in projections(1):
             t = graph_time(served)
             row = dict(proj=proj.name, elem=elem, M=M, variant=variant, roles=VARIANTS[variant], best_us=t.best_us,
                        median_us=t.median_us, same=same)
-            res.append(row)
-            print(json.dumps(row), flush=True)
+            record(res, row)
         use("none")
         del ws, prods, served
-os.makedirs(os.environ["OUT"], exist_ok=True)
-with open(os.path.join(os.environ["OUT"], "probe_pdl.json"), "w") as f:
-    json.dump(res, f, indent=1)
-for r in res:
-    print(f"{r['proj']:16s} {r['elem']:5s} {r['variant']:31s} {r['best_us']:7.1f} us"
-          f"{'' if r['same'] else '  DIFFERS'}")
+save("probe_pdl", res, lambda r: f"{r['proj']:16s} {r['elem']:5s} {r['variant']:31s} {r['best_us']:7.1f} us"
+     f"{'' if r['same'] else '  DIFFERS'}")

@@ -7,12 +7,11 @@ time is nearly all launch, ring fill and reduction. Writes ``$OUT/probe_tail.jso
     PYTHONPATH=packages/radiance-kernels/src:packages/radiance-bench/src OUT=dir python3 tools/device/probe_tail.py
 """
 
-import json
-import os
 from dataclasses import replace
 from functools import partial
 
 import torch
+from probe_out import record, save
 
 from radiance_bench.kernelbench.cases import activations, rotate_quant, w4_weight
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
@@ -48,12 +47,8 @@ for proj in projs:
             row = dict(proj=proj.name, N=proj.N, K=proj.K, M=M, act=act, config=name, variant=label,
                        splits=full["splits"], rw=full["rw"], best_us=t.best_us, median_us=t.median_us,
                        same=torch.equal(out, want), weight_bytes=ws[0].nbytes)
-            res.append(row)
-            print(json.dumps(row), flush=True)
+            record(res, row)
     del ws
-os.makedirs(os.environ["OUT"], exist_ok=True)
-with open(os.path.join(os.environ["OUT"], "probe_tail.json"), "w") as f:
-    json.dump(res, f, indent=1)
-for r in res:
-    print(f"{r['proj']:26s} {r['act']:5s} {r['config']:14s} {r['variant']:11s} splits {r['splits']:2d} rw {r['rw']:2d} "
-          f"{r['best_us']:7.1f} us{'' if r['same'] or r['variant'] == 'half splits' else '  DIFFERS'}")
+save("probe_tail", res, lambda r: f"{r['proj']:26s} {r['act']:5s} {r['config']:14s} {r['variant']:11s} "
+     f"splits {r['splits']:2d} rw {r['rw']:2d} {r['best_us']:7.1f} us"
+     f"{'' if r['same'] or r['variant'] == 'half splits' else '  DIFFERS'}")
