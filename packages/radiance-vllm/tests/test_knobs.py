@@ -10,8 +10,9 @@ def test_defaults_and_empty_is_unset():
 
 def test_typed_values():
     s = Settings.from_env({"RADIANCE_PQ_ACT": "int8", "RADIANCE_PQ_ZPE": "1", "RADIANCE_CHECKALL_CHUNK": "64",
-                           "RADIANCE_NVFP4_BF16_LAYERS": "in_proj_b, in_proj_a"})
+                           "RADIANCE_NVFP4_BF16_LAYERS": "in_proj_b, in_proj_a", "RADIANCE_PDL": "off"})
     assert (s.pq_act, s.pq_zpe, s.checkall_chunk, s.nvfp4_bf16_layers) == ("int8", True, 64, ("in_proj_a", "in_proj_b"))
+    assert Settings().pdl and not s.pdl
 
 
 @pytest.mark.parametrize("env", [{"RADIANCE_PQ_ACT": "fp8"}, {"RADIANCE_PQ_ZPE": "maybe"},

@@ -16,6 +16,25 @@ def test_register_is_idempotent_and_registers_the_configs():
     assert get_quantization_config("paroquant") is ParoQuantConfig
 
 
+PDL_OFF = """
+from radiance_kernels import backends
+from vllm.plugins import load_general_plugins
+assert backends.set_programmatic_launch(True)  # on by default
+load_general_plugins()
+print("PDL", backends.set_programmatic_launch(True))
+"""
+
+
+@pytest.mark.parametrize("value,want", [("0", "False"), ("", "True")])
+def test_pdl_knob_sets_the_kernels_switch(value, want):
+    """``RADIANCE_PDL=0`` turns programmatic dependent launch off in every process the plugin loads in; empty is
+    unset (on)."""
+    env = {**os.environ, "RADIANCE_PDL": value}
+    r = subprocess.run([sys.executable, "-c", PDL_OFF], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"PDL {want}" in r.stdout
+
+
 RENAME = """
 import radiance_kernels.ops.registry as r
 r._OPS["w4a8_gemm_v2"] = r._OPS.pop("w4a8_gemm")

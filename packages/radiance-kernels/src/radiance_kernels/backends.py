@@ -64,23 +64,29 @@ def available_backends(device: torch.device | str = "cpu") -> tuple[str, ...]:
 _PROGRAMMATIC = [True]
 
 
-@contextlib.contextmanager
-def programmatic_launch(on: bool):
-    """Within the block, kernels that support it are launched (``on``) or not as programmatic dependents of the
-    launch before them (CUDA PDL: a dependent grid starts while its predecessor runs and waits for it with
-    ``griddepcontrol.wait`` before touching its outputs). A launch-time choice: a CUDA graph keeps the edges of its
-    capture. On by default; the bench's no-PDL rows switch it off."""
+def set_programmatic_launch(on: bool) -> bool:
+    """Chain launches by programmatic dependent launch from now on (``on``) or not; returns the previous setting.
+    Where it holds, the decode GEMM lets the next launch start after its loop and the producers are launched as
+    dependents that wait (``griddepcontrol.wait``) before touching memory. A launch-time choice: a CUDA graph keeps
+    the edges of its capture. On by default (the vLLM plugin's ``RADIANCE_PDL``)."""
     prev = _PROGRAMMATIC[0]
     _PROGRAMMATIC[0] = bool(on)
+    return prev
+
+
+@contextlib.contextmanager
+def programmatic_launch(on: bool):
+    """:func:`set_programmatic_launch` within the block (the bench's no-PDL rows), restored after it."""
+    prev = set_programmatic_launch(on)
     try:
         yield
     finally:
-        _PROGRAMMATIC[0] = prev
+        set_programmatic_launch(prev)
 
 
 def programmatic_launch_on(device: torch.device | str) -> bool:
     """Whether launches on ``device`` chain by programmatic dependent launch now: the switch is on
-    (:func:`programmatic_launch`) and ``device`` is an NVIDIA GPU of compute capability 9.0 or newer outside the
+    (:func:`set_programmatic_launch`) and ``device`` is an NVIDIA GPU of compute capability 9.0 or newer outside the
     interpreter (elsewhere ``griddepcontrol`` does not exist and launches stay plain)."""
     device = torch.device(device)
     return (_PROGRAMMATIC[0] and device.type == "cuda" and not triton_interpreted() and torch.version.cuda is not None

@@ -101,6 +101,9 @@ KNOBS: tuple[Knob, ...] = (
          "NVFP4 path: comma-separated suffixes of unquantized linears to requantize to MXFP4 (e.g. in_proj_ba)"),
     Knob("nvfp4_exp", _choice("mse", "ocp"), "mse", False,
          "NVFP4 path: MXFP4 block exponent rule (mse: no-clip vs one binade finer by squared error)"),
+    Knob("pdl", _bool, True, False,
+         "programmatic dependent launch where the GPU has it (CUDA sm_90+): each producer launch starts during the "
+         "decode GEMM before it and waits for it; 0 launches every kernel plainly"),
 )
 _BY_ENV = {k.env: k for k in KNOBS}
 
@@ -121,6 +124,7 @@ class Settings:
     nvfp4_fp8_layers: str = "mxfp4"
     nvfp4_bf16_layers: tuple[str, ...] = ()
     nvfp4_exp: str = "mse"
+    pdl: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -2,7 +2,8 @@
 
 vLLM calls :func:`register` in every process (API server, engine core, workers). It is idempotent and
 cheap: it checks the kernel manifest (a missing/renamed op raises, which stops vLLM), parses the knobs
-(unknown names and bad values raise), registers the quantization configs, and prints the settings and
+(unknown names and bad values raise) and applies the process-wide ones (``RADIANCE_PDL``), registers the
+quantization configs, and prints the settings and
 the backend once.
 """
 
@@ -21,8 +22,10 @@ def register() -> None:
         check_kernels()
     except ImportError as exc:
         raise RuntimeError(f"radiance-vllm refuses to register: {exc}") from exc
+    from radiance_kernels.backends import set_programmatic_launch
     from radiance_vllm import backend, knobs, quant_registry
 
+    set_programmatic_launch(knobs.settings().pdl)
     if knobs.settings().stream:
         from radiance_vllm import stream
 
