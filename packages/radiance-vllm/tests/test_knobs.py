@@ -32,7 +32,8 @@ def test_compile_key_covers_exactly_the_compiled_knobs():
     for k in KNOBS:
         raw = {"checkall_tol": "0.5", "checkall_chunk": "7", "nvfp4_exp": "ocp", "nvfp4_bf16_layers": "x"}.get(k.field)
         if raw is None:
-            raw = {bool: "1"}.get(type(k.default)) or next(v for v in k.parse.allowed if v != k.default)
+            flip = "0" if k.default else "1"  # a bool knob set to what it is not by default
+            raw = flip if isinstance(k.default, bool) else next(v for v in k.parse.allowed if v != k.default)
         changed = Settings.from_env({k.env: raw}).compile_cache_key()
         assert (changed != base) == k.compiled, k.env
 
