@@ -45,7 +45,7 @@ from radiance_kernels.tl.bf16 import to_bf16
 from radiance_kernels.tl.e4m3 import e4m3_encode_sw
 
 DECODE_MAX_M = 64
-RW8_SPLITS = 8  # mma2 configs take 8 split partials per reduction step from this many splits (rw auto)
+RW8_SPLITS = 8  # swap-AB mma2 configs take 8 split partials per reduction step from this many splits (rw auto)
 # Runtime ints that vary per call/layer: one compiled kernel for all of them (no 1 / %16 variants).
 NO_SPECIALIZE = ["M", "b1", "b2", "groups_per_split"]
 _SMS = 132  # H200
