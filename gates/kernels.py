@@ -32,6 +32,7 @@ FAMILIES = {
     "test_gdn.py": "gdn: chunk/recurrent vs fp64, span-200+ gates finite",
     "test_manifest.py": "manifest and backends: missing op / backend raise",
     "test_tuned.py": "per-GPU tuned tile tables: lookup, stale names fail",
+    "test_programmatic_launch.py": "programmatic launch: switch scoped; PDL chain == plain launches (GPU)",
 }
 
 
