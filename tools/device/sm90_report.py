@@ -48,11 +48,13 @@ def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8
                  maxnreg: int | None = None):
     a8 = "*i8" if int8 else "*u8"  # the activations' and any 8-bit weight operand's (predeq) element
     types = {**TYPES, "a_ptr": a8, "w8_ptr": a8, **({"wq_ptr": a8} if constexprs.get("PREDEQ") else {})}
-    if constexprs.get("STAGES"):  # the mma2 ring: a, wq, sz as TMA descriptors (mma2.ring_descriptors)
+    if constexprs.get("STAGES"):  # the mma2 ring: a, wq, sz (int5: wh) as TMA descriptors (mma2.ring_descriptors)
         bm, bn = constexprs["BM"], constexprs["BN"]
         types |= {"a_ptr": f"tensordesc<i64[{bm}, 16],{tma_tiles.layout([bm, 16], gl.int64)!r}>",
                   "wq_ptr": f"tensordesc<i32[16, {bn}],{tma_tiles.layout([16, bn], gl.int32, False)!r}>",
                   "sz_ptr": f"tensordesc<i32[{bn}],{tma_tiles.layout([bn], gl.int32, False)!r}>"}
+        if constexprs["BITS"] == 5:  # the fifth-bit bytes' tiles
+            types["wh_ptr"] = f"tensordesc<u8[16, {bn}],{tma_tiles.layout([16, bn], gl.uint8, False)!r}>"
     sig = {n: "constexpr" if n in constexprs else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     if kernel is _mxfp4_kernel:
@@ -174,15 +176,16 @@ def gemv_variants(name: str, knobs: dict) -> list:
 
 def mma2_variants(name: str, knobs: dict) -> list:
     """The mma.sync decode kernel (:mod:`w4a8_gemm.mma2`, Gluon), int4 at M = 16 (swap-AB: 8), both activation
-    elements per-group."""
+    elements per-group; ring configs with fp16 operands also int5."""
     cfg = w4.config(8 if knobs.get("swap") else 16, 14336, 5120, "decode", False, knobs)
     out = []
-    for int8 in (False, True):
-        ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=cfg["BM"], BN=cfg["BN"],
+    widths = (4, 5) if cfg["ring"] and not cfg["k8"] else (4,)
+    for bits, int8 in itertools.product(widths, (False, True)):
+        ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=cfg["BM"], BN=cfg["BN"],
                   BK=GROUP, PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], GPS=16 if cfg["ring"] else 1, ABLATE=0,
                   SWAP=cfg["swap"], TRIGGER=False)
         opts = dict(num_warps=cfg["num_warps"], num_stages=1, maxnreg=cfg["maxnreg"], int8=int8)
-        out.append((f"w4a8 decode {name} int4 {'int8' if int8 else 'e4m3'} group", _w4a8_mma2_kernel, ce, opts,
+        out.append((f"w4a8 decode {name} int{bits} {'int8' if int8 else 'e4m3'} group", _w4a8_mma2_kernel, ce, opts,
                     cfg["BN"] * GROUP))
     return out
 

@@ -88,11 +88,13 @@ def test_prepare_layout_and_round_trip(bits):
     ck = awq.to_checkpoint(codes, zeros, scales, bits)
     w = prepare(ck["qweight"], ck["qzeros"], ck["scales"], ck.get("qweight_hi"), ck.get("qzeros_hi"))
     assert w.bits == bits and w.wq.shape == (32, 64) and w.sz.shape == (2, 64)
-    assert w.wh.shape == ((8, 64) if bits == 5 else (0, 64))
+    assert w.wh.shape == ((32, 64) if bits == 5 else (0, 64)) and w.wh.dtype == torch.uint8
     q, z, s = unprepare(w)
     assert torch.equal(q, codes.long()) and torch.equal(z, zeros.long()) and torch.equal(s, scales)
     word = w.wq[3, 5].item() & 0xFFFFFFFF  # nibble j of wq[i, n] = low 4 bits of q[8i + j, n]
     assert [(word >> (4 * j)) & 15 for j in range(8)] == (codes[24:32, 5].long() & 15).tolist()
+    if bits == 5:  # bit j of wh[i, n] = bit 4 of q[8i + j, n]: the fifth bits of wq[i, n]'s nibbles
+        assert [(w.wh[3, 5].item() >> j) & 1 for j in range(8)] == (codes[24:32, 5].long() >> 4).tolist()
     sz = w.sz[1, 7].item()
     assert (sz >> 16) == zeros[1, 7].item() - 2 ** (bits - 1)
     s16 = torch.tensor([sz & 0xFFFF], dtype=torch.int32).to(torch.int16).view(torch.float16)
@@ -237,6 +239,35 @@ def test_mma2_swap_configs(name, elem, grouped, M):
         impl.config(9, N, K, "decode", False, impl.DECODE[name])
 
 
+@pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
+@pytest.mark.parametrize("name", ["mma2t2s", "mma2n64t2s", "mma2n64t2so12", "mma2t2", "mma2n64t2o12", "mma2t"])
+@pytest.mark.parametrize("elem,grouped,M",
+                         [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 16)])
+def test_mma2_int5(name, elem, grouped, M):
+    """int5 weights on the ring configs (the fifth-bit bytes by TMA beside the nibbles, fp16 operands) == reference at
+    3 splits, P = 2, ragged N; swap-AB refuses above 8 tokens, the 8-bit-operand and register-fed configs refuse
+    int5."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    P, K, N, bounds = 2, 640, 400, [0, 128, 400]
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device="cuda")
+    w = prepare_codes(*weights(K, N, 5, device="cuda"), 5)
+    ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
+    out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device="cuda")
+    cfg = {**impl.DECODE[name], "splits": 3}
+    if cfg["swap"] and M > 8:
+        with pytest.raises(ValueError, match="swap needs a ring and M <= 8"):
+            impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg=cfg)
+        return
+    impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg=cfg)
+    r, mx = gemm_error(out[:M], ref)
+    assert r <= REL and mx <= 4 * REL, (r, mx)
+    assert torch.all(out[M:] == 5.0)
+    for other in ("mma8t2s" if M <= 8 else "mma8n64t2", "mma2p"):
+        with pytest.raises(ValueError, match="int5 weights run on the mma2 ring configs"):
+            impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[other], "splits": 3})
+
+
 MMA2_SM90 = """
 import json, re, sys
 import triton
@@ -246,18 +277,22 @@ from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel as kernel
 out = []
 from triton.experimental.gluon import language as gl
 from radiance_kernels.ops.w4a8_gemm.tma_tiles import layout
-for int8, pf, k8, st, swap, pdl in ((False, 2, False, 0, 0, 0), (True, 0, False, 0, 0, 0), (False, 1, True, 0, 0, 0),
-                                    (True, 2, True, 0, 0, 0), (True, 1, True, 4, 0, 1), (False, 1, False, 4, 0, 0),
-                                    (True, 0, True, 2, 1, 0), (False, 0, False, 2, 1, 1)):
+VARIANTS = ((False, 2, False, 0, 0, 0, 4), (True, 0, False, 0, 0, 0, 4), (False, 1, True, 0, 0, 0, 4),
+            (True, 2, True, 0, 0, 0, 4), (True, 1, True, 4, 0, 1, 4), (False, 1, False, 4, 0, 0, 4),
+            (True, 0, True, 2, 1, 0, 4), (False, 0, False, 2, 1, 1, 4), (False, 0, False, 2, 1, 1, 5),
+            (True, 0, False, 2, 0, 0, 5))
+for int8, pf, k8, st, swap, trigger, bits in VARIANTS:
     BM = 8 if swap else 16
-    ce = dict(BITS=4, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf, K8=k8,
-              STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), TRIGGER=bool(pdl))
+    ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf,
+              K8=k8, STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), TRIGGER=bool(trigger))
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     if st:
         types |= {"a_ptr": f"tensordesc<i64[{BM}, 16],{layout([BM, 16], gl.int64)!r}>",
                   "wq_ptr": f"tensordesc<i32[16, 64],{layout([16, 64], gl.int32, False)!r}>",
                   "sz_ptr": f"tensordesc<i32[64],{layout([64], gl.int32, False)!r}>"}
+        if bits == 5:
+            types["wh_ptr"] = f"tensordesc<u8[16, 64],{layout([16, 64], gl.uint8, False)!r}>"
     sig = {n: "constexpr" if n in ce else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce),
@@ -266,7 +301,7 @@ for int8, pf, k8, st, swap, pdl in ((False, 2, False, 0, 0, 0), (True, 0, False,
     out.append(dict(int8=int8, k8=k8, st=st, mma=sorted(set(re.findall(r"mma[.]sync[.]aligned[.]([.\\w]+)", ptx))),
                     n_mma=ptx.count("mma.sync.aligned"), cvt="cvt.rn.f16x2.e4m3x2" in ptx,
                     shared=c.metadata.shared, st_loop=bool(re.search(r"st[.]shared", ptx.split("atom.")[0])),
-                    tma=ptx.count("cp.async.bulk.tensor"), pdl=pdl,
+                    tma=ptx.count("cp.async.bulk.tensor"), trigger=trigger, bits=bits,
                     gdc=[ptx.count("griddepcontrol." + w) for w in ("wait", "launch_dependents")]))
 print(json.dumps(out))
 """
@@ -306,9 +341,11 @@ def test_mma2_compiles_for_sm90():
         assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
         assert r["n_mma"] >= (4 if r["k8"] else 8) and not r["st_loop"], r
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
-        assert r["gdc"] == [0, r["pdl"]], r  # TRIGGER: the next launch may start (once); the kernel never waits
-        if r["st"]:
-            assert r["tma"] >= 3 and r["shared"] >= r["st"] * ((16 * 64 + 64) * 4 + 8 * 128), r
+        assert r["gdc"] == [0, r["trigger"]], r  # TRIGGER: the next launch may start (once); the kernel never waits
+        if r["st"]:  # int5: a fourth tile, the fifth-bit bytes [16, 64]
+            fifth = r["bits"] == 5
+            assert r["tma"] >= 3 + fifth, r
+            assert r["shared"] >= r["st"] * ((16 * 64 + 64) * 4 + 8 * 128 + fifth * 16 * 64), r
         else:
             assert r["shared"] <= 16 and r["tma"] == 0, r
 
@@ -702,22 +739,23 @@ def test_mma2_full_shapes(proj):
     """The register-fed mma.sync decode kernel at the 27B shapes, fp16 operands (mma2*: M = 8 e4m3 per-group on the
     prefetching 2-warp config, M = 16 int8 per-token on the 4-warp one, M = 3 e4m3 per-token on the plain one) and
     8-bit operands (mma8*: int8 M = 8 per-group and M = 16 per-token, e4m3 M = 4 per-group), and the TMA ring (int8
-    M = 8 on mma8n64t, e4m3 M = 5 on mma2t)."""
+    M = 8 on mma8n64t, e4m3 M = 5 on mma2t); int5 weights on the ring (swap-AB at M = 8 and 1, 16-token tiles)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    w = prepare_codes(*weights(proj.K, proj.N, 4, seed=proj.K, device="cuda"), 4)
-    for M, elem, grouped, name in ((8, "e4m3", True, "mma2n64p"), (16, "int8", False, "mma2p"),
-                                   (3, "e4m3", False, "mma2"), (8, "int8", True, "mma8p"),
-                                   (16, "int8", False, "mma8n64p"), (4, "e4m3", True, "mma8p"),
-                                   (8, "int8", True, "mma8n64t"), (5, "e4m3", True, "mma2t"),
-                                   (16, "int8", False, "mma8n64t2o12"), (3, "e4m3", True, "mma2t2"),
-                                   (8, "int8", True, "mma8n64t2s"), (4, "e4m3", False, "mma2n64t2s")):
+    ws = {b: prepare_codes(*weights(proj.K, proj.N, b, seed=proj.K, device="cuda"), b) for b in (4, 5)}
+    for M, elem, grouped, name, bits in (
+            (8, "e4m3", True, "mma2n64p", 4), (16, "int8", False, "mma2p", 4), (3, "e4m3", False, "mma2", 4),
+            (8, "int8", True, "mma8p", 4), (16, "int8", False, "mma8n64p", 4), (4, "e4m3", True, "mma8p", 4),
+            (8, "int8", True, "mma8n64t", 4), (5, "e4m3", True, "mma2t", 4), (16, "int8", False, "mma8n64t2o12", 4),
+            (3, "e4m3", True, "mma2t2", 4), (8, "int8", True, "mma8n64t2s", 4), (4, "e4m3", False, "mma2n64t2s", 4),
+            (8, "e4m3", True, "mma2t2s", 5), (1, "int8", True, "mma2n64t2s", 5), (16, "e4m3", False, "mma2t2", 5)):
+        w = ws[bits]
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
         out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")
         impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", out=out, cfg=impl.DECODE[name])
         r, mx = gemm_error(out[:M], ref)
-        assert r <= REL and mx <= 4 * REL, (M, elem, name, r, mx)
+        assert r <= REL and mx <= 4 * REL, (M, elem, name, bits, r, mx)
         assert torch.all(out[M:] == 5.0)
 
 

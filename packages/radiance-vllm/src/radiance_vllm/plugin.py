@@ -3,8 +3,7 @@
 vLLM calls :func:`register` in every process (API server, engine core, workers). It is idempotent and
 cheap: it checks the kernel manifest (a missing/renamed op raises, which stops vLLM), parses the knobs
 (unknown names and bad values raise) and applies the process-wide ones (``RADIANCE_PDL``), registers the
-quantization configs, and prints the settings and
-the backend once.
+quantization configs, and prints the settings and the backend once.
 """
 
 from __future__ import annotations

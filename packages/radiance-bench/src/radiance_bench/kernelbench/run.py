@@ -47,6 +47,11 @@ def _record(results: list, section: str, kernel: str, t, **fields) -> dict:
     return row
 
 
+def _no_pdl_tag(pdl: bool) -> dict:
+    """The fields that mark a row timed without programmatic dependent launch (an ablation, never a bar)."""
+    return {} if pdl else {"ablation": "no PDL"}
+
+
 def _peer(results: list, section: str, name: str, build, flops: float, wbytes: int, **meta) -> dict | None:
     """Time a peer over DRAM-fed copies; ``build(i) -> (call, bytes per copy)``. Failures are recorded."""
     try:
@@ -96,7 +101,7 @@ def decode(results: list, ceil: dict) -> None:
                         tbps = weights[0].nbytes / (t.best_us * 1e-6) / 1e12
                         _record(results, "decode", f"{label} int{bits}{suffix}", t, M=M, **meta0, act=elem,
                                 weight_TBps=tbps, frac_copy=tbps / ceil["copy_TBps"],
-                                frac_read=tbps / ceil["read_TBps"], **({} if pdl else {"ablation": "no PDL"}))
+                                frac_read=tbps / ceil["read_TBps"], **_no_pdl_tag(pdl))
             del weights
         for M in DECODE_M:
             meta, fl = {**meta0, "M": M}, 2 * M * proj.N * proj.K
@@ -224,7 +229,7 @@ def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
         limit_us = nbytes / bw * 1e6  # this row's own weight-stream limit
         _record(results, "stack", f"64-layer {name}", t, M=M,
                 weight_bytes=nbytes, limit_us=limit_us, vs_limit=t.best_us / limit_us,
-                weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12, **({} if pdl else {"ablation": "no PDL"}))
+                weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12, **_no_pdl_tag(pdl))
 
 
 def decode_variants(results: list, ceil: dict, ms=DECODE_M, names=None, bits=(4,)) -> None:

@@ -21,7 +21,7 @@ Layout: word ``wq[16 g + i, n]`` holds nibbles ``q[128 g + 8 i + j]``, j = 0..7;
 (``w & 0x0F0F0F0F``) and odd ones (``(w >> 4) & 0x0F0F0F0F``) are byte-interleaved into ``lo`` = bytes
 ``q[8i .. 8i+3]`` and ``hi`` = ``q[8i+4 .. 8i+7]`` (one ``prmt`` each), which meet the activation words
 the halves of the activation word ``A64[m, 16 g + i]`` (``A`` [P, M, K] bytes read as [P, M, K/8] words).
-int5: bit 4 of ``q[8i + j]`` is bit ``8 (i % 4) + j`` of ``wh[4 g + i // 4]``; four such bits go to the
+int5: bit 4 of ``q[8i + j]`` is bit ``j`` of the byte ``wh[16 g + i]``; four such bits go to the
 four bytes' bit 4 by one multiply (``(x * 0x204081) & 0x01010101``: copies at shifts 0/7/14/21 never
 collide). Program: ``BN`` columns x all ``BM`` tokens over its split's groups; splits as the tensor-core
 decode band (partials summed in split order by the tile's last program, :func:`.triton.store_tile`).
@@ -147,16 +147,14 @@ def _w4a8_gemv_kernel(
             t = tl.zeros((BM, BN), dtype=tl.int32)
         else:
             t = tl.zeros((BM, BN), dtype=tl.float32)
-        h5 = 0  # int4: no fifth bits
         for i in tl.static_range(BK // 8):
             w = tl.load(wq_ptr + (g * (BK // 8) + i) * N + cols, mask=mask_w, other=0)
-            if BITS == 5 and i % 4 == 0:
-                h5 = tl.load(wh_ptr + (g * (BK // 32) + i // 4) * N + cols, mask=mask_w, other=0)
+            if BITS == 5:
+                x = tl.load(wh_ptr + (g * (BK // 8) + i) * N + cols, mask=mask_w, other=0).to(tl.int32)
             a = tl.load(a_rows + g * (BK // 8) + i)[:, None]  # activation bytes k = 8i .. 8i+7
             if INT8:
                 lo, hi = nibble_bytes(w, PTX)
                 if BITS == 5:
-                    x = h5 >> (8 * (i % 4))
                     lo |= spread4(x & 15)
                     hi |= spread4((x >> 4) & 15)
                 t = dot4(a.to(tl.int32), lo, t, PTX)
@@ -165,7 +163,6 @@ def _w4a8_gemv_kernel(
                 e = w & 0x0F0F0F0F
                 o = (w >> 4) & 0x0F0F0F0F
                 if BITS == 5:
-                    x = h5 >> (8 * (i % 4))
                     e |= spread_even(x)
                     o |= spread_even(x >> 1)
                 for h in tl.static_range(2):  # codes 4h .. 4h+3

@@ -73,18 +73,33 @@ _E4M3_TABLES = "mov.b32 t0, 0x44403800; mov.b32 t1, 0x4E4C4A48; mov.b32 t2, 0x53
 
 
 @gluon.constexpr_function
-def _code_asm(K8, INT8, j):
-    """PTX: MMA B elements from int32 ``wq`` words ($1; the pack's other inputs repeat it), step ``j``."""
-    if not K8:  # nibbles (j, j + 4): even j as 1024 + q, odd j as 1024 + 16 q (no shift), then exactly to q - 8
+def _code_asm(K8, INT8, j, BITS=4):
+    """PTX: MMA B elements from int32 ``wq`` words ($1; the pack's other inputs repeat it), step ``j``; int5 (fp16
+    operands) also from the words' fifth-bit bytes ($3, as int32)."""
+    if not K8:  # nibbles (j, j + 4): even j as 1024 + q, odd j as 1024 + 16 q (no shift), then exactly to q - off
         shift = f"shr.b32 w, $1, {8 * (j // 2)};" if j >= 2 else "mov.b32 w, $1;"
-        fix = ("mov.b32 m, 0x2C002C00; mov.b32 c, 0xD480D480; fma.rn.f16x2 $0, t, m, c;" if j % 2 else
-               "mov.b32 c, 0x64086408; sub.rn.f16x2 $0, t, c;")  # (1024 + 16 q) / 16 - 72, or 1024 + q - 1032
-        return (f"{{ .reg .b32 w, t, m, c; {shift} lop3.b32 t, w, {0x00F000F0 if j % 2 else 0x000F000F:#010x},"
-                f" 0x64006400, 0xEA; {fix} }}")
+        off = 1 << (BITS - 1)
+        fix = (f"mov.b32 m, 0x2C002C00; mov.b32 c, {_f16x2(-64 - off)}; fma.rn.f16x2 $0, t, m, c;" if j % 2 else
+               f"mov.b32 c, {_f16x2(1024 + off)}; sub.rn.f16x2 $0, t, c;")  # (1024 + 16 q) / 16 - 64 - off, or
+        fifth = ""  # 1024 + q - 1024 - off; int5: bits j, j + 4 of the byte to 16 (even j) / 256 (odd j) of each half
+        if BITS == 5:
+            fifth = (f"shr.b32 x, $3, {j}; and.b32 x, x, 0x11; mul.lo.u32 x, x, {0x100100 if j % 2 else 0x10010:#x};"
+                     f" lop3.b32 t, x, {0x01000100 if j % 2 else 0x00100010:#010x}, t, 0xEA;")
+        return (f"{{ .reg .b32 w, t, m, c, x; {shift} lop3.b32 t, w, {0x00F000F0 if j % 2 else 0x000F000F:#010x},"
+                f" 0x64006400, 0xEA; {fifth} {fix} }}")
     if INT8:
         return f"{{ .reg .b32 x; shr.b32 x, $1, {4 * j}; and.b32 $0, x, 0x0F0F0F0F; }}"
     return (f"{{ .reg .b32 x, y, t0, t1, t2, t3, r; shr.b32 x, $1, {16 * j}; {_E4M3_TABLES}"
             " prmt.b32 r, t0, t1, x; xor.b32 y, x, 0x8888; prmt.b32 y, t2, t3, y; or.b32 $0, r, y; }")
+
+
+@gluon.constexpr_function
+def _f16x2(v):
+    """A 32-bit PTX immediate holding the fp16 value ``v`` (exact) in both halves."""
+    import struct
+
+    h = struct.unpack("<H", struct.pack("<e", v))[0]
+    return f"{h << 16 | h:#010x}"
 
 
 @gluon.constexpr_function
@@ -104,8 +119,9 @@ def _act_asm(K8, INT8, j):
 
 
 @gluon.jit
-def _operands(a, w, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr):
-    """Step j's A and B operands from the activation words ``a`` and the weight words ``w`` of one half-group."""
+def _operands(a, w, hb, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr, BITS: gl.constexpr):
+    """Step j's A and B operands from the activation words ``a`` and the weight words ``w`` of one half-group (int5:
+    ``hb`` the words' fifth-bit bytes as int32)."""
     if K8:
         el: gl.constexpr = gl.int8 if INT8 else gl.float8e4nv
         A = gl.inline_asm_elementwise(_act_asm(K8, INT8, j), "=r,l,l,l,l", [a], dtype=gl.int8, is_pure=True, pack=4)
@@ -114,7 +130,12 @@ def _operands(a, w, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr):
         B = B.to(el, bitcast=True)
     else:
         A = gl.inline_asm_elementwise(_act_asm(K8, INT8, j), "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
-        B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j), "=r,r,r", [w], dtype=gl.float16, is_pure=True, pack=2)
+        if BITS == 5:
+            B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j, BITS), "=r,r,r,r,r", [w, hb], dtype=gl.float16,
+                                          is_pure=True, pack=2)
+        else:
+            B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j), "=r,r,r", [w], dtype=gl.float16, is_pure=True,
+                                          pack=2)
     return A, B
 
 
@@ -149,17 +170,21 @@ def _rows_to_shared(x_ptr, part, M, G, g_lo, g_hi, BM: gl.constexpr, GPS: gl.con
 
 
 @gluon.jit
-def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred):
-    """TMA group g's weight words ``[16, BN]``, activation words ``[16 rows, 16]`` (int64; rows from the partition's
-    first: those past M are not stored) and scale / zero words ``[BN]`` (``sz`` flat: a partial last tile reads the
-    next group's head, columns that are not stored) into stage ``st``."""
-    wq_desc, a_desc, sz_desc = descs
-    w_s, a_s, s_s, bars = ring
-    nbytes: gl.constexpr = wq_desc.block_type.nbytes + a_desc.block_type.nbytes + sz_desc.block_type.nbytes
+def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred, BITS: gl.constexpr):
+    """TMA group g's weight words ``[16, BN]`` (int5: and their fifth-bit bytes ``[16, BN]``), activation words
+    ``[16 rows, 16]`` (int64; rows from the partition's first: those past M are not stored) and scale / zero words
+    ``[BN]`` (``sz`` flat: a partial last tile reads the next group's head, columns that are not stored) into stage
+    ``st``."""
+    wq_desc, a_desc, sz_desc, wh_desc = descs
+    bars = ring[3]
+    nbytes: gl.constexpr = wq_desc.block_type.nbytes + a_desc.block_type.nbytes + sz_desc.block_type.nbytes + \
+        (wh_desc.block_type.nbytes if BITS == 5 else 0)
     mbarrier.expect(bars.index(st), nbytes, pred=pred)
-    tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), w_s.index(st), pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [a_row, g * 16], bars.index(st), a_s.index(st), pred=pred)
-    tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), s_s.index(st), pred=pred)
+    tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), ring[0].index(st), pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [a_row, g * 16], bars.index(st), ring[1].index(st), pred=pred)
+    tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), ring[2].index(st), pred=pred)
+    if BITS == 5:
+        tma.async_copy_global_to_shared(wh_desc, [g * 16, n0], bars.index(st), ring[4].index(st), pred=pred)
 
 
 @gluon.constexpr_function
@@ -224,23 +249,28 @@ def _w4a8_mma2_kernel(
     LB: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=KW)
     TOK: gl.constexpr = gl.SliceLayout(0 if SWAP else 1, MMA)  # a vector along the tokens
     COL: gl.constexpr = gl.SliceLayout(1 if SWAP else 0, MMA)  # a vector along the columns
-    gl.static_assert(BITS == 4 and BK == 128 and (8 if SWAP else 16) == BM)
+    gl.static_assert((BITS == 4 or BITS == 5 and STAGES > 0 and not K8) and BK == 128 and (8 if SWAP else 16) == BM,
+                     "int5: fp16 operands from the ring")
     gl.static_assert(STAGES > 0 or not SWAP, "swap-AB reads its operands from the ring")
     n0 = gl.program_id(0) * BN
     part = (n0 >= b1).to(gl.int32) + (n0 >= b2).to(gl.int32)
     G = K // BK
     g_lo = gl.program_id(1) * groups_per_split
     g_hi = gl.minimum(g_lo + groups_per_split, G)
-    if STAGES:  # a_ptr, wq_ptr, sz_ptr: TMA descriptors; group g_lo + i in stage i
-        descs = (wq_ptr, a_ptr, sz_ptr)
-        ring = (gl.allocate_shared_memory(gl.int32, [STAGES, 16, BN], wq_ptr.layout),
-                gl.allocate_shared_memory(gl.int64, [STAGES, BM, 16], a_ptr.layout),
-                gl.allocate_shared_memory(gl.int32, [STAGES, BN], sz_ptr.layout),
-                gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
+    if STAGES:  # a_ptr, wq_ptr, sz_ptr (int5: wh_ptr): TMA descriptors; group g_lo + i in stage i
+        descs = (wq_ptr, a_ptr, sz_ptr, wh_ptr)
+        w_s = gl.allocate_shared_memory(gl.int32, [STAGES, 16, BN], wq_ptr.layout)
+        a_s = gl.allocate_shared_memory(gl.int64, [STAGES, BM, 16], a_ptr.layout)
+        s_s = gl.allocate_shared_memory(gl.int32, [STAGES, BN], sz_ptr.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        if BITS == 5:
+            ring = (w_s, a_s, s_s, bars, gl.allocate_shared_memory(gl.uint8, [STAGES, 16, BN], wh_ptr.layout))
+        else:
+            ring = (w_s, a_s, s_s, bars)
         for i in gl.static_range(STAGES):
             mbarrier.init(ring[3].index(i), count=1)
         for i in gl.static_range(STAGES):
-            _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi)
+            _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi, BITS)
         rs_s = _rows_to_shared(rs_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW)
         as_s = _rows_to_shared(as_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW) if GROUP_AS else rs_s
         _barrier()
@@ -291,8 +321,11 @@ def _w4a8_mma2_kernel(
                 a0 = _staged(ring[1].index(st), 0, LB if SWAP else LA, KW, 1 if SWAP else 0, SWAP)
                 a1 = _staged(ring[1].index(st), 1, LB if SWAP else LA, KW, 1 if SWAP else 0, SWAP)
                 sz = ring[2].index(st).load(COL)
+                if BITS == 5:
+                    h0 = _staged(ring[4].index(st), 0, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP).to(gl.int32)
+                    h1 = _staged(ring[4].index(st), 1, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP).to(gl.int32)
             _barrier()  # every warp holds stage st's words: TMA refills it with group g + STAGES
-            _tiles_to_shared(descs, ring, st, g + STAGES, part * M, n0, N, g + STAGES < g_hi)
+            _tiles_to_shared(descs, ring, st, g + STAGES, part * M, n0, N, g + STAGES < g_hi, BITS)
         else:
             if PF == 0:
                 f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, GROUP_AS)
@@ -307,11 +340,14 @@ def _w4a8_mma2_kernel(
             acc += (wsum[None, :] + asum[:, None]).to(gl.float32) + (rs + ag)[:, None]
         else:
             t = gl.zeros(FRAME, gl.int32 if K8 and INT8 else gl.float32, MMA)
+            if BITS == 4:  # no fifth bits
+                h0 = w0
+                h1 = w1
             for j in gl.static_range(4 // (KW // 2)):
-                A, B = _operands(a0, w0, j, K8, INT8)
+                A, B = _operands(a0, w0, h0, j, K8, INT8, BITS)
                 t = mma_v2(B, A, t) if SWAP else mma_v2(A, B, t)
             for j in gl.static_range(4 // (KW // 2)):
-                A, B = _operands(a1, w1, j, K8, INT8)
+                A, B = _operands(a1, w1, h1, j, K8, INT8, BITS)
                 t = mma_v2(B, A, t) if SWAP else mma_v2(A, B, t)
             if ABLATE == 3:  # bench only (wrong results): no scale fold
                 acc += t.to(gl.float32)
@@ -357,12 +393,14 @@ def _w4a8_mma2_kernel(
             gl.store(cnt_ptr + gl.program_id(0), 0)  # every arrival is in: the counter is free for the next launch
 
 
-def ring_descriptors(a: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, BN: int,
-                     BM: int = 16) -> tuple[TensorDescriptor, ...]:
+def ring_descriptors(a: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, BN: int, BM: int = 16,
+                     wh: torch.Tensor | None = None) -> tuple[TensorDescriptor, ...]:
     """The ``STAGES`` kernel's TMA descriptors: the activations ``a [P, M, K]`` as int64 words ``[P M, K/8]`` in
     ``[BM, 16]`` tiles (128-byte swizzle: a warp's fragment reads hit distinct banks), ``wq [K/8, N]`` words in
-    ``[16, BN]`` tiles, ``sz [G, N]`` words flat in ``[BN]`` tiles (unswizzled)."""
+    ``[16, BN]`` tiles, ``sz [G, N]`` words flat in ``[BN]`` tiles (unswizzled), and int5's fifth-bit bytes ``wh
+    [K/8, N]`` in ``[16, BN]`` tiles (unswizzled; None for int4)."""
     P, M, K = a.shape
     words = a.reshape(P * M, K).view(torch.int64)
     return (tma_tiles.descriptor(words, [BM, 16], gl.int64), tma_tiles.descriptor(wq, [16, BN], gl.int32, False),
-            tma_tiles.descriptor(sz.view(-1), [BN], gl.int32, False))
+            tma_tiles.descriptor(sz.view(-1), [BN], gl.int32, False),
+            None if wh is None else tma_tiles.descriptor(wh, [16, BN], gl.uint8, False))

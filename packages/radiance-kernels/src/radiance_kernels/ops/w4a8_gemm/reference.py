@@ -14,7 +14,9 @@ evaluates this literally in float64 (so it is the spec to the bf16 floor), chunk
 Kernel layout (:func:`prepare`, once per layer at load; group size 128, ``off = 2^(b-1)``):
 - ``wq`` int32 ``[K/8, N]``: nibble j (bits 4j..4j+3) of ``wq[i, n]`` = low 4 bits of ``q[8i + j, n]``.
   K-packed, N-contiguous: a [BK, BN] weight tile is BK/8 rows of BN consecutive words (coalesced).
-- ``wh`` int32 ``[K/32, N]`` (int5; ``[0, N]`` for int4): bit j of ``wh[i, n]`` = bit 4 of ``q[32i + j, n]``.
+- ``wh`` uint8 ``[K/8, N]`` (int5; ``[0, N]`` for int4): bit j of ``wh[i, n]`` = bit 4 of ``q[8i + j, n]`` — the
+  fifth bits of word ``wq[i, n]``'s nibbles, indexed as ``wq`` (a kernel's tile of one names the same tile of the
+  other: the decode kernel's TMA ring brings both in the same fragment layout).
 - ``sz`` int32 ``[G, N]``: bits 0..15 = fp16 bits of ``s[g, n]``, bits 16..31 = int16 ``d = z - off``
   (the seeds' SZ pair in one 4-byte load; ``s*d`` is formed exactly in fp32 in the kernel).
 The kernel multiplies by the signed code ``c = q - off`` (exact in e4m3 and int8) and applies
@@ -57,10 +59,9 @@ def prepare_codes(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor
     shifts = torch.arange(8, device=codes.device, dtype=torch.int64) * 4
     wq = _i32(((q.reshape(K // 8, 8, N) & 15) << shifts[None, :, None]).sum(1))
     if bits == 5:
-        bit = torch.arange(32, device=codes.device, dtype=torch.int64)
-        wh = _i32((((q.reshape(K // 32, 32, N) >> 4) & 1) << bit[None, :, None]).sum(1))
+        wh = (((q.reshape(K // 8, 8, N) >> 4) & 1) << (shifts // 4)[None, :, None]).sum(1).to(torch.uint8)
     else:
-        wh = torch.zeros(0, N, dtype=torch.int32, device=codes.device)
+        wh = torch.zeros(0, N, dtype=torch.uint8, device=codes.device)
     d = zeros.to(torch.int64) - (1 << (bits - 1))
     sbits = scales.to(torch.float16).contiguous().view(torch.int16).to(torch.int64) & 0xFFFF
     sz = _i32(((d & 0xFFFF) << 16) | sbits)
@@ -92,9 +93,7 @@ def unprepare(w: W4Prepared) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     shifts = torch.arange(8, device=wq.device, dtype=torch.int64) * 4
     q = ((wq[:, None, :] >> shifts[None, :, None]) & 15).reshape(K8 * 8, N)
     if w.bits == 5:
-        wh = w.wh.to(torch.int64) & 0xFFFFFFFF
-        bit = torch.arange(32, device=wq.device, dtype=torch.int64)
-        q = q | (((wh[:, None, :] >> bit[None, :, None]) & 1).reshape(K8 * 8, N) << 4)
+        q = q | (((w.wh.to(torch.int64)[:, None, :] >> (shifts // 4)[None, :, None]) & 1).reshape(K8 * 8, N) << 4)
     hi = (w.sz.to(torch.int64) >> 16) & 0xFFFF
     d = torch.where(hi >= 2**15, hi - 2**16, hi)
     return q, d + (1 << (w.bits - 1)), group_scales(w.sz)
@@ -117,8 +116,8 @@ def check_inputs(A, AS, RS, w: W4Prepared, bounds: list[int], op: str) -> tuple[
         raise ValueError(
             f"{op}: weights wq [K/8, N], sz [K/128, N] for K={K}; got {tuple(w.wq.shape)}, {tuple(w.sz.shape)}"
         )
-    if w.bits == 5 and w.wh.shape != (K // 32, N):
-        raise ValueError(f"{op}: int5 needs wh [K/32, N] = {(K // 32, N)}, got {tuple(w.wh.shape)}")
+    if w.bits == 5 and (w.wh.shape != (K // 8, N) or w.wh.dtype != torch.uint8):
+        raise ValueError(f"{op}: int5 needs wh uint8 [K/8, N] = {(K // 8, N)}, got {w.wh.dtype} {tuple(w.wh.shape)}")
     if AS.dtype != torch.float32 or AS.shape not in ((P, M), (P, M, G)):
         raise ValueError(
             f"{op}: AS must be fp32 [P, M] or [P, M, K/128] = {(P, M)} / {(P, M, G)}, got {AS.dtype} {tuple(AS.shape)}"

@@ -106,13 +106,13 @@ def load_nibbles(w_ptr, k0, offs_n, mask_n, N, BK: tl.constexpr, BN: tl.constexp
 
 @triton.jit
 def load_codes(wq_ptr, wh_ptr, k0, offs_n, mask_n, N, BITS: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr):
-    """[BK, BN] int32 codes ``q`` of rows k0.. (k0 % 32 == 0): the nibbles of ``wq``; int5 adds bit 4 from
-    ``wh [K/32, N]`` (bit j of row i = k 32i + j)."""
+    """[BK, BN] int32 codes ``q`` of rows k0.. (k0 % 8 == 0): the nibbles of ``wq``; int5 adds bit 4 from
+    ``wh [K/8, N]`` bytes (bit j of row i = k 8i + j)."""
     q = load_nibbles(wq_ptr, k0, offs_n, mask_n, N, BK, BN)
     if BITS == 5:
-        wh = tl.load(wh_ptr + (k0 // 32 + tl.arange(0, BK // 32))[:, None] * N + offs_n[None, :], mask=mask_n[None, :],
-                     other=0)
-        q = q | (tl.reshape((wh[:, None, :] >> tl.arange(0, 32)[None, :, None]) & 1, (BK, BN)) << 4)
+        wh = tl.load(wh_ptr + (k0 // 8 + tl.arange(0, BK // 8))[:, None] * N + offs_n[None, :], mask=mask_n[None, :],
+                     other=0).to(tl.int32)
+        q = q | (tl.reshape((wh[:, None, :] >> tl.arange(0, 8)[None, :, None]) & 1, (BK, BN)) << 4)
     return q
 
 
@@ -309,10 +309,10 @@ def _w4a8_kernel(
             gw = g_lo + (g - g_lo) % 2 if ABLATE == 2 else g  # noload: the first two groups, L2-resident
             words = tl.load(wq_ptr + along0((gw * 16 + offs_i) * N, SW) + along1(offs_n, SW), mask=along1(mask_n, SW),
                             other=0)
-            if BITS == 5:  # bit 4 of q[k] is bit 8(i%4) + j of wh[g*4 + i//4]; 5-bit codes q[8i + 2jp + h] as
+            if BITS == 5:  # bit 4 of q[k] is bit j of wh[g*16 + i]; 5-bit codes q[8i + 2jp + h] as
                 # bits 8jp..8jp+4 of words[h]: nibbles, and the fifth bits spread there by one multiply
-                hb = tl.load(wh_ptr + along0((g * 4 + offs_i // 4) * N, SW) + along1(offs_n, SW),
-                             mask=along1(mask_n, SW), other=0) >> along0(8 * (offs_i % 4), SW)
+                hb = tl.load(wh_ptr + along0((gw * 16 + offs_i) * N, SW) + along1(offs_n, SW),
+                             mask=along1(mask_n, SW), other=0).to(tl.int32)
                 q5 = (words & 0x0F0F0F0F | spread_even(hb), (words >> 4) & 0x0F0F0F0F | spread_even(hb >> 1))
             if AP:
                 a3_cur = a3
@@ -741,9 +741,13 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if cfg["gemv"]:
         kernel, has_dot16 = gemv, False
     if cfg["mma2"]:
-        if interp or torch.device(device).type != "cuda" or torch.version.cuda is None or constexprs["BITS"] != 4:
-            raise ValueError(f"{op}: the mma2 config (Gluon, inline PTX) runs int4 weights on NVIDIA GPUs only; "
-                             "elsewhere the Triton nib8 loop is its twin")
+        if interp or torch.device(device).type != "cuda" or torch.version.cuda is None:
+            raise ValueError(f"{op}: the mma2 config (Gluon, inline PTX) runs on NVIDIA GPUs only; elsewhere the "
+                             "Triton nib8 loop is its twin")
+        if constexprs["BITS"] == 5 and (not cfg["ring"] or cfg["k8"] or N % 16):
+            raise ValueError(f"{op}: int5 weights run on the mma2 ring configs with fp16 operands (mma2*t*, not mma8 "
+                             f"or register-fed) and N a multiple of 16 (TMA rows of fifth-bit bytes), got "
+                             f"ring={cfg['ring']}, k8={cfg['k8']}, N={N}")
         need = (8, 0) if constexprs["INT8"] else (8, 9)  # mma.sync m16n8k16; e4m3 pairs: cvt.rn.f16x2.e4m3x2
         if torch.cuda.get_device_capability(device) < need:
             raise ValueError(f"{op}: the mma2 config needs compute capability >= {need} for these activations")
@@ -776,8 +780,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
             a, a_scales, a_sums, wq, wh, sz = tensors
-            a, wq, sz = ring_descriptors(a, wq, sz, bn, cfg["BM"])
-            tensors = (a, a_scales, a_sums, wq, wh, sz)
+            a, wq, sz, wh_desc = ring_descriptors(a, wq, sz, bn, cfg["BM"], wh if constexprs["BITS"] == 5 else None)
+            tensors = (a, a_scales, a_sums, wq, wh if wh_desc is None else wh_desc, sz)
     elif cfg["gemv"]:
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
     else:
