@@ -446,7 +446,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: the MMA's rows (:mod:`.mma2` SWAP). H200 call 67 (M = 8, us, best swap / best non-swap ring config): e4m3 gate_up
 #: 32.2 / 42.6, qkv 16.2 / 20.3, down 20.1 / 24.9; int8 gate_up 30.2 / 38.4, qkv 15.6 / 17.6, o_proj 11.2 / 12.1; it
 #: also beats the gemv configs at M = 1, 2 on all but int8 gate_up at M = 1 (gemv_o16 27.4 / 28.6). 4-stage swap
-#: rings lost everywhere (call 67) and are gone.
+#: rings lost everywhere (call 67) and are gone. int5 weights run on the ring configs with fp16 operands (the fifth-bit
+#: bytes in each stage; "mma8*" and the register-fed configs refuse int5): H200 call 80, M = 8, 1.57-1.76x nib8 / gemv.
 #: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; M <= 16): nib8 loops: "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight stream); mma2:
