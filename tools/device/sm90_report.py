@@ -167,7 +167,7 @@ def gemv_variants(name: str, knobs: dict) -> list:
     for (M, bits), int8 in itertools.product(((1, 4), (4, 4), (8, 4), (16, 4), (8, 5)), (True, False)):
         cfg = w4.config(M, 14336, 5120, "decode", False, knobs)
         ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"],
-                  HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, PTX=True)
+                  HW=True, BM=cfg["BM"], BN=cfg["BN"], BK=GROUP, PTX=True, TRIGGER=False)
         opts = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], maxnreg=None, int8=int8)
         out.append((f"w4a8 decode {name} M={M} int{bits} {'int8' if int8 else 'e4m3'} group", _w4a8_gemv_kernel, ce,
                     opts, cfg["BN"] * GROUP))

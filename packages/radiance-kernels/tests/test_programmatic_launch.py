@@ -30,7 +30,8 @@ def test_switch_is_scoped(device):
 
 
 @pytest.mark.skipif(not SM90, reason="programmatic dependent launch: NVIDIA sm_90+")
-@pytest.mark.parametrize("cfg,elem", [("mma2n64t2s", "e4m3"), ("mma8n64t2s", "int8"), ("mma8n64t2o12", "int8")])
+@pytest.mark.parametrize("cfg,elem", [("mma2n64t2s", "e4m3"), ("mma8n64t2s", "int8"), ("mma8n64t2o12", "int8"),
+                                      ("gemv_o8", "int8"), ("gemv_o8", "e4m3")])
 def test_programmatic_launch_waits_for_its_producer(cfg, elem):
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 

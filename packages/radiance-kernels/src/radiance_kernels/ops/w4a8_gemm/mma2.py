@@ -89,8 +89,9 @@ def _code_asm(K8, INT8, j, BITS=4):
         fix = (f"mov.b32 m, 0x2C002C00; mov.b32 c, {_f16x2(-64 - off)}; fma.rn.f16x2 $0, t, m, c;" if j % 2 else
                f"mov.b32 c, {_f16x2(1024 + off)}; sub.rn.f16x2 $0, t, c;")  # (1024 + 16 q) / 16 - 64 - off, or
         fifth = ""  # 1024 + q - 1024 - off; int5: bits j, j + 4 of the byte to 16 (even j) / 256 (odd j) of each half
-        if BITS == 5:
-            fifth = (f"shr.b32 x, $3, {j}; and.b32 x, x, 0x11; mul.lo.u32 x, x, {0x100100 if j % 2 else 0x10010:#x};"
+        if BITS == 5:  # one multiply makes two copies of the byte, disjoint (no carries): bit j lands on the low half's
+            lo = 8 if j % 2 else 4  # target, bit j + 4 on the high half's (16 above); the mask keeps those two
+            fifth = (f"mul.lo.u32 x, $3, {(1 << (lo - j)) + (1 << (lo + 12 - j)):#x};"
                      f" lop3.b32 t, x, {0x01000100 if j % 2 else 0x00100010:#010x}, t, 0xEA;")
         return (f"{{ .reg .b32 w, t, m, c, x; {shift} lop3.b32 t, w, {0x00F000F0 if j % 2 else 0x000F000F:#010x},"
                 f" 0x64006400, 0xEA; {fifth} {fix} }}")

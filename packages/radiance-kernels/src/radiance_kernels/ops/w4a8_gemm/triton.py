@@ -785,6 +785,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
             tensors = (a, a_scales, a_sums, wq, wh if wh_desc is None else wh_desc, sz)
     elif cfg["gemv"]:
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
+        constexprs["TRIGGER"] = programmatic_launch_on(device)
     else:
         constexprs.update(KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
     kernel[(tiles, cfg["splits"])](
