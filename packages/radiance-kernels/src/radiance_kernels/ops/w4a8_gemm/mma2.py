@@ -45,10 +45,10 @@ M = 8: 32.2 / 30.2 us e4m3 / int8 against 42.6 / 38.4).
 
 int5 (``BITS`` 5; the ring, fp16 operands): the fifth-bit bytes ``wh [K/8, N]`` (bit j of a byte = the fifth bit of
 nibble j of the word at the same index) come by TMA as a ``[16, BN]`` tile of each stage and are read in the words'
-fragment layout; step j ORs bits j, j + 4 of the byte into the pair ``1024 + q`` / ``1024 + 16 q`` (shift, mask,
-one multiply placing both, ``lop3``) before the exact ``- 16``. ptxas sm_90: 634 loop instructions per group and warp
-against 340 (swap-AB, e4m3). H200 calls 80-81: 1.57-1.76x the Triton / gemv kernels at M = 8 (gate_up e4m3 50.3
-against 87.6 us).
+fragment layout; step j ORs bits j, j + 4 of the byte into the pair ``1024 + q`` / ``1024 + 16 q`` (one multiply
+placing both, one ``lop3``) before the exact ``- 16``. ptxas sm_90: 523 loop instructions per group and warp against
+340 (swap-AB, e4m3; 634 with a shift and a mask per pair before the multiply, H200 call 82: 1.06-1.22x slower). H200
+call 82: gate_up e4m3 at M = 8 43.2 us against the Triton nib8 loop's 87.6 (call 80).
 
 ``TRIGGER`` (:func:`radiance_kernels.backends.programmatic_launch_on`): after its group loop each program lets the
 next launch start (``griddepcontrol.launch_dependents``): the next layer's producer, launched as a programmatic
