@@ -176,11 +176,13 @@ def gemv_variants(name: str, knobs: dict) -> list:
 
 def mma2_variants(name: str, knobs: dict) -> list:
     """The mma.sync decode kernel (:mod:`w4a8_gemm.mma2`, Gluon), int4 at M = 16 (swap-AB: 8), both activation
-    elements per-group; ring configs with fp16 operands also int5."""
+    elements per-group; ring configs also int5 (8-bit operands: int8 activations)."""
     cfg = w4.config(8 if knobs.get("swap") else 16, 14336, 5120, "decode", False, knobs)
     out = []
-    widths = (4, 5) if cfg["ring"] and not cfg["k8"] else (4,)
+    widths = (4, 5) if cfg["ring"] else (4,)
     for bits, int8 in itertools.product(widths, (False, True)):
+        if bits == 5 and cfg["k8"] and not int8:  # int5 on 8-bit operands: int8 activations only
+            continue
         ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=cfg["BM"], BN=cfg["BN"],
                   BK=GROUP, PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], GPS=16 if cfg["ring"] else 1, ABLATE=0,
                   SWAP=cfg["swap"], TRIGGER=False)

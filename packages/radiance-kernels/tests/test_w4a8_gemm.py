@@ -240,13 +240,15 @@ def test_mma2_swap_configs(name, elem, grouped, M):
 
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
-@pytest.mark.parametrize("name", ["mma2t2s", "mma2n64t2s", "mma2n64t2so12", "mma2t2", "mma2n64t2o12", "mma2t"])
+@pytest.mark.parametrize("name", ["mma2t2s", "mma2n64t2s", "mma2n64t2so12", "mma2t2", "mma2n64t2o12", "mma2t",
+                                  "mma8t2s", "mma8n64t2so12", "mma8n64t2"])
 @pytest.mark.parametrize("elem,grouped,M",
-                         [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 16)])
+                         [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 16),
+                          ("int8", False, 3)])
 def test_mma2_int5(name, elem, grouped, M):
-    """int5 weights on the ring configs (the fifth-bit bytes by TMA beside the nibbles, fp16 operands) == reference at
-    3 splits, P = 2, ragged N; swap-AB refuses above 8 tokens, the 8-bit-operand and register-fed configs refuse
-    int5."""
+    """int5 weights on the ring configs (the fifth-bit bytes by TMA beside the nibbles; fp16 operands, or int8 x int8
+    for int8 activations) == reference at 3 splits, P = 2, ragged N; swap-AB refuses above 8 tokens, the 8-bit
+    operands refuse int5 with e4m3 activations, the register-fed configs refuse int5."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, K, N, bounds = 2, 640, 400, [0, 128, 400]
@@ -255,6 +257,10 @@ def test_mma2_int5(name, elem, grouped, M):
     ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
     out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device="cuda")
     cfg = {**impl.DECODE[name], "splits": 3}
+    if cfg["k8"] and elem == "e4m3":
+        with pytest.raises(ValueError, match="int5 weights run on the mma2 ring configs"):
+            impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg=cfg)
+        return
     if cfg["swap"] and M > 8:
         with pytest.raises(ValueError, match="swap needs a ring and M <= 8"):
             impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg=cfg)
@@ -263,7 +269,8 @@ def test_mma2_int5(name, elem, grouped, M):
     r, mx = gemm_error(out[:M], ref)
     assert r <= REL and mx <= 4 * REL, (r, mx)
     assert torch.all(out[M:] == 5.0)
-    for other in ("mma8t2s" if M <= 8 else "mma8n64t2", "mma2p"):
+    refused = ["mma2p"] + ([] if elem == "int8" else ["mma8t2s" if M <= 8 else "mma8n64t2"])
+    for other in refused:
         with pytest.raises(ValueError, match="int5 weights run on the mma2 ring configs"):
             impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[other], "splits": 3})
 
@@ -280,7 +287,7 @@ from radiance_kernels.ops.w4a8_gemm.tma_tiles import layout
 VARIANTS = ((False, 2, False, 0, 0, 0, 4), (True, 0, False, 0, 0, 0, 4), (False, 1, True, 0, 0, 0, 4),
             (True, 2, True, 0, 0, 0, 4), (True, 1, True, 4, 0, 1, 4), (False, 1, False, 4, 0, 0, 4),
             (True, 0, True, 2, 1, 0, 4), (False, 0, False, 2, 1, 1, 4), (False, 0, False, 2, 1, 1, 5),
-            (True, 0, False, 2, 0, 0, 5))
+            (True, 0, False, 2, 0, 0, 5), (True, 0, True, 2, 1, 0, 5), (True, 0, True, 2, 0, 1, 5))
 for int8, pf, k8, st, swap, trigger, bits in VARIANTS:
     BM = 8 if swap else 16
     ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf,
@@ -739,7 +746,8 @@ def test_mma2_full_shapes(proj):
     """The register-fed mma.sync decode kernel at the 27B shapes, fp16 operands (mma2*: M = 8 e4m3 per-group on the
     prefetching 2-warp config, M = 16 int8 per-token on the 4-warp one, M = 3 e4m3 per-token on the plain one) and
     8-bit operands (mma8*: int8 M = 8 per-group and M = 16 per-token, e4m3 M = 4 per-group), and the TMA ring (int8
-    M = 8 on mma8n64t, e4m3 M = 5 on mma2t); int5 weights on the ring (swap-AB at M = 8 and 1, 16-token tiles)."""
+    M = 8 on mma8n64t, e4m3 M = 5 on mma2t); int5 weights on the ring (swap-AB at M = 8 and 1, 16-token tiles; int8
+    activations on 8-bit operands too)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     ws = {b: prepare_codes(*weights(proj.K, proj.N, b, seed=proj.K, device="cuda"), b) for b in (4, 5)}
@@ -748,7 +756,8 @@ def test_mma2_full_shapes(proj):
             (8, "int8", True, "mma8p", 4), (16, "int8", False, "mma8n64p", 4), (4, "e4m3", True, "mma8p", 4),
             (8, "int8", True, "mma8n64t", 4), (5, "e4m3", True, "mma2t", 4), (16, "int8", False, "mma8n64t2o12", 4),
             (3, "e4m3", True, "mma2t2", 4), (8, "int8", True, "mma8n64t2s", 4), (4, "e4m3", False, "mma2n64t2s", 4),
-            (8, "e4m3", True, "mma2t2s", 5), (1, "int8", True, "mma2n64t2s", 5), (16, "e4m3", False, "mma2t2", 5)):
+            (8, "e4m3", True, "mma2t2s", 5), (1, "int8", True, "mma2n64t2s", 5), (16, "e4m3", False, "mma2t2", 5),
+            (8, "int8", True, "mma8n64t2s", 5), (16, "int8", False, "mma8n64t2o12", 5)):
         w = ws[bits]
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")

@@ -81,8 +81,8 @@ _E4M3_TABLES = "mov.b32 t0, 0x44403800; mov.b32 t1, 0x4E4C4A48; mov.b32 t2, 0x53
 
 @gluon.constexpr_function
 def _code_asm(K8, INT8, j, BITS=4):
-    """PTX: MMA B elements from int32 ``wq`` words ($1; the pack's other inputs repeat it), step ``j``; int5 (fp16
-    operands) also from the words' fifth-bit bytes ($3, as int32)."""
+    """PTX: MMA B elements from int32 ``wq`` words ($1; the pack's other inputs repeat it), step ``j``; int5 also from
+    the words' fifth-bit bytes as int32 (fp16 operands: $3; int8: $5)."""
     if not K8:  # nibbles (j, j + 4): even j as 1024 + q, odd j as 1024 + 16 q (no shift), then exactly to q - off
         shift = f"shr.b32 w, $1, {8 * (j // 2)};" if j >= 2 else "mov.b32 w, $1;"
         off = 1 << (BITS - 1)
@@ -95,7 +95,12 @@ def _code_asm(K8, INT8, j, BITS=4):
                      f" lop3.b32 t, x, {0x01000100 if j % 2 else 0x00100010:#010x}, t, 0xEA;")
         return (f"{{ .reg .b32 w, t, m, c, x; {shift} lop3.b32 t, w, {0x00F000F0 if j % 2 else 0x000F000F:#010x},"
                 f" 0x64006400, 0xEA; {fifth} {fix} }}")
-    if INT8:
+    if INT8:  # int5: bits j, j + 2, j + 4, j + 6 of the byte ($5) to bit 4 of each code byte by one multiply (its
+        # copies collide only into bits the mask drops)
+        if BITS == 5:
+            return (f"{{ .reg .b32 x, y; shr.b32 x, $1, {4 * j}; and.b32 x, x, 0x0F0F0F0F;"
+                    f" and.b32 y, $5, {0x55 << j:#x}; mul.lo.u32 y, y, {0x00410410 >> j:#x};"
+                    " lop3.b32 $0, y, 0x10101010, x, 0xEA; }")
         return f"{{ .reg .b32 x; shr.b32 x, $1, {4 * j}; and.b32 $0, x, 0x0F0F0F0F; }}"
     return (f"{{ .reg .b32 x, y, t0, t1, t2, t3, r; shr.b32 x, $1, {16 * j}; {_E4M3_TABLES}"
             " prmt.b32 r, t0, t1, x; xor.b32 y, x, 0x8888; prmt.b32 y, t2, t3, y; or.b32 $0, r, y; }")
@@ -133,7 +138,12 @@ def _operands(a, w, hb, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr, B
     if K8:
         el: gl.constexpr = gl.int8 if INT8 else gl.float8e4nv
         A = gl.inline_asm_elementwise(_act_asm(K8, INT8, j), "=r,l,l,l,l", [a], dtype=gl.int8, is_pure=True, pack=4)
-        B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j), "=r,r,r,r,r", [w], dtype=gl.int8, is_pure=True, pack=4)
+        if BITS == 5:
+            B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j, BITS), "=r,r,r,r,r,r,r,r,r", [w, hb], dtype=gl.int8,
+                                          is_pure=True, pack=4)
+        else:
+            B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j), "=r,r,r,r,r", [w], dtype=gl.int8, is_pure=True,
+                                          pack=4)
         A = A.to(el, bitcast=True)
         B = B.to(el, bitcast=True)
     else:
@@ -257,8 +267,8 @@ def _w4a8_mma2_kernel(
     LB: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=KW)
     TOK: gl.constexpr = gl.SliceLayout(0 if SWAP else 1, MMA)  # a vector along the tokens
     COL: gl.constexpr = gl.SliceLayout(1 if SWAP else 0, MMA)  # a vector along the columns
-    gl.static_assert((BITS == 4 or BITS == 5 and STAGES > 0 and not K8) and BK == 128 and (8 if SWAP else 16) == BM,
-                     "int5: fp16 operands from the ring")
+    gl.static_assert((BITS == 4 or BITS == 5 and STAGES > 0 and (INT8 or not K8)) and BK == 128 and
+                     (8 if SWAP else 16) == BM, "int5: from the ring, fp16 operands or int8 x int8")
     gl.static_assert(STAGES > 0 or not SWAP, "swap-AB reads its operands from the ring")
     n0 = gl.program_id(0) * BN
     part = (n0 >= b1).to(gl.int32) + (n0 >= b2).to(gl.int32)
@@ -304,7 +314,7 @@ def _w4a8_mma2_kernel(
     else:
         as_rows = as_ptr + part * M + rows
     rs_rows = rs_ptr + part * M * G + rows * G
-    ZO: gl.constexpr = 8 if K8 else 0  # z - o = d + ZO (sz's high half is d = z - 8)
+    ZO: gl.constexpr = (1 << (BITS - 1)) if K8 else 0  # z - o = d + ZO (sz's high half is d = z - 2^(b-1))
     FRAME: gl.constexpr = [BN, BM] if SWAP else [BM, BN]
     acc = gl.zeros(FRAME, gl.float32, MMA)
     if not STAGES:

@@ -446,8 +446,9 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: the MMA's rows (:mod:`.mma2` SWAP). H200 call 67 (M = 8, us, best swap / best non-swap ring config): e4m3 gate_up
 #: 32.2 / 42.6, qkv 16.2 / 20.3, down 20.1 / 24.9; int8 gate_up 30.2 / 38.4, qkv 15.6 / 17.6, o_proj 11.2 / 12.1; it
 #: also beats the gemv configs at M = 1, 2 on all but int8 gate_up at M = 1 (gemv_o16 27.4 / 28.6). 4-stage swap
-#: rings lost everywhere (call 67) and are gone. int5 weights run on the ring configs with fp16 operands (the fifth-bit
-#: bytes in each stage; "mma8*" and the register-fed configs refuse int5): H200 call 80, M = 8, 1.57-1.76x nib8 / gemv.
+#: rings lost everywhere (call 67) and are gone. int5 weights run on the ring configs (the fifth-bit bytes in each
+#: stage; "mma8*" with int8 activations only; the register-fed configs refuse int5): H200 call 82, M = 8, 1.71-2.10x
+#: nib8 / gemv.
 #: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; M <= 16): nib8 loops: "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight stream); mma2:
@@ -745,10 +746,10 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         if interp or torch.device(device).type != "cuda" or torch.version.cuda is None:
             raise ValueError(f"{op}: the mma2 config (Gluon, inline PTX) runs on NVIDIA GPUs only; elsewhere the "
                              "Triton nib8 loop is its twin")
-        if constexprs["BITS"] == 5 and (not cfg["ring"] or cfg["k8"] or N % 16):
-            raise ValueError(f"{op}: int5 weights run on the mma2 ring configs with fp16 operands (mma2*t*, not mma8 "
-                             f"or register-fed) and N a multiple of 16 (TMA rows of fifth-bit bytes), got "
-                             f"ring={cfg['ring']}, k8={cfg['k8']}, N={N}")
+        if constexprs["BITS"] == 5 and (not cfg["ring"] or cfg["k8"] and not constexprs["INT8"] or N % 16):
+            raise ValueError(f"{op}: int5 weights run on the mma2 ring configs (*t*) with fp16 operands, or 8-bit ones "
+                             f"for int8 activations (mma8*t*), and N a multiple of 16 (TMA rows of fifth-bit bytes); "
+                             f"got ring={cfg['ring']}, k8={cfg['k8']}, int8={constexprs['INT8']}, N={N}")
         need = (8, 0) if constexprs["INT8"] else (8, 9)  # mma.sync m16n8k16; e4m3 pairs: cvt.rn.f16x2.e4m3x2
         if torch.cuda.get_device_capability(device) < need:
             raise ValueError(f"{op}: the mma2 config needs compute capability >= {need} for these activations")
