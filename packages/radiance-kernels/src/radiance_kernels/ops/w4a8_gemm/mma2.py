@@ -48,7 +48,9 @@ nibble j of the word at the same index) come by TMA as a ``[16, BN]`` tile of ea
 fragment layout; step j ORs bits j, j + 4 of the byte into the pair ``1024 + q`` / ``1024 + 16 q`` (one multiply
 placing both, one ``lop3``) before the exact ``- 16``. ptxas sm_90: 523 loop instructions per group and warp against
 340 (swap-AB, e4m3; 634 with a shift and a mask per pair before the multiply, H200 call 82: 1.06-1.22x slower). H200
-call 82: gate_up e4m3 at M = 8 43.2 us against the Triton nib8 loop's 87.6 (call 80).
+call 82: gate_up e4m3 at M = 8 43.2 us against the Triton nib8 loop's 87.6 (call 80). int8 activations also on 8-bit
+operands (``K8``): the four code bytes of a register take bits j, j + 2, j + 4, j + 6 of the byte at their bit 4 by
+one mask, one multiply and one ``lop3`` (349 against 205 instructions; H200 call 84: 1.05-1.39x the fp16 operands).
 
 ``TRIGGER`` (:func:`radiance_kernels.backends.programmatic_launch_on`): after its group loop each program lets the
 next launch start (``griddepcontrol.launch_dependents``): the next layer's producer, launched as a programmatic
