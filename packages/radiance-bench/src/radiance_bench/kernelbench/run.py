@@ -185,7 +185,13 @@ def producer(results: list, ceil: dict, M: int = 8192, K: int = 5120) -> None:
                     frac_copy=tbps / ceil["copy_TBps"])
 
 
-def stack(results: list, ceil: dict, M: int = 8, bits: int = 4) -> None:
+def stack(results: list, ceil: dict, M: int = 8, bits: tuple[int, ...] = (4,)) -> None:
+    """:func:`stack_of` for each weight width in ``bits``."""
+    for b in bits:
+        stack_of(results, ceil, M, b)
+
+
+def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
     """64 layers of the 27B-class linears at decode M, each variant one CUDA graph, against the weight
     stream: "served" runs every linear as the served layer does (its fused stream producer, then the GEMM;
     in_proj_ba by the skinny GEMM) with e4m3 per-group activations, "served ... int8-group" the same with int8
@@ -256,10 +262,11 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-m", nargs="*", type=int, default=list(DECODE_M), help="M of decode_variants")
     ap.add_argument("--prefill-m", nargs="*", type=int, default=[2048], help="M of prefill_variants")
     ap.add_argument("--producer-m", nargs="*", type=int, default=[8192], help="M of producer_variants")
-    ap.add_argument("--bits", nargs="*", type=int, default=[4], help="weight widths of decode_variants")
+    ap.add_argument("--bits", nargs="*", type=int, default=[4], help="weight widths of decode_variants and stack")
     ap.add_argument("--configs", nargs="*", default=None, help="named configs of the *_variants sections")
     args = ap.parse_args(argv)
     options = {"decode_variants": dict(ms=tuple(args.decode_m), names=args.configs, bits=tuple(args.bits)),
+               "stack": dict(bits=tuple(args.bits)),
                "prefill_variants": dict(ms=tuple(args.prefill_m), names=args.configs),
                "producer_variants": dict(ms=tuple(args.producer_m), names=args.configs)}
     args.out.mkdir(parents=True, exist_ok=True)
