@@ -133,29 +133,29 @@ def _act_asm(K8, INT8, j):
             " cvt.u16.u32 p, x; cvt.rn.f16x2.e4m3x2 $0, p; }")
 
 
+@gluon.constexpr_function
+def _regs(pack, inputs, kind):
+    """The asm constraints of one 32-bit result from ``inputs`` inputs of ``pack`` elements each."""
+    return "=r" + f",{kind}" * (pack * inputs)
+
+
 @gluon.jit
 def _operands(a, w, hb, j: gl.constexpr, K8: gl.constexpr, INT8: gl.constexpr, BITS: gl.constexpr):
-    """Step j's A and B operands from the activation words ``a`` and the weight words ``w`` of one half-group (int5:
-    ``hb`` the words' fifth-bit bytes as int32)."""
-    if K8:
+    """Step j's A and B operands from the activation words ``a`` and the weight words ``w`` of one half-group, and
+    ``hb`` the words' fifth-bit bytes as int32 (int5; int4 passes ``w``, unread)."""
+    if K8:  # four 8-bit elements per register
         el: gl.constexpr = gl.int8 if INT8 else gl.float8e4nv
-        A = gl.inline_asm_elementwise(_act_asm(K8, INT8, j), "=r,l,l,l,l", [a], dtype=gl.int8, is_pure=True, pack=4)
-        if BITS == 5:
-            B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j, BITS), "=r,r,r,r,r,r,r,r,r", [w, hb], dtype=gl.int8,
-                                          is_pure=True, pack=4)
-        else:
-            B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j), "=r,r,r,r,r", [w], dtype=gl.int8, is_pure=True,
-                                          pack=4)
+        A = gl.inline_asm_elementwise(_act_asm(K8, INT8, j), _regs(4, 1, "l"), [a], dtype=gl.int8, is_pure=True,
+                                      pack=4)
+        B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j, BITS), _regs(4, 2, "r"), [w, hb], dtype=gl.int8,
+                                      is_pure=True, pack=4)
         A = A.to(el, bitcast=True)
         B = B.to(el, bitcast=True)
-    else:
-        A = gl.inline_asm_elementwise(_act_asm(K8, INT8, j), "=r,l,l", [a], dtype=gl.float16, is_pure=True, pack=2)
-        if BITS == 5:
-            B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j, BITS), "=r,r,r,r,r", [w, hb], dtype=gl.float16,
-                                          is_pure=True, pack=2)
-        else:
-            B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j), "=r,r,r", [w], dtype=gl.float16, is_pure=True,
-                                          pack=2)
+    else:  # two fp16 elements per register
+        A = gl.inline_asm_elementwise(_act_asm(K8, INT8, j), _regs(2, 1, "l"), [a], dtype=gl.float16, is_pure=True,
+                                      pack=2)
+        B = gl.inline_asm_elementwise(_code_asm(K8, INT8, j, BITS), _regs(2, 2, "r"), [w, hb], dtype=gl.float16,
+                                      is_pure=True, pack=2)
     return A, B
 
 
