@@ -4,7 +4,9 @@ Activations are built here from formats.e4m3 (per-token / per-group scales, RS =
 decoded codes), standing in for rotate_quant's output.
 """
 
+import importlib
 import itertools
+import struct
 
 import pytest
 import torch
@@ -273,6 +275,29 @@ def test_mma2_int5(name, elem, grouped, M):
     for other in refused:
         with pytest.raises(ValueError, match="int5 weights run on the mma2 ring configs"):
             impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[other], "splits": 3})
+
+
+def test_mma2_fifth_bit_placement():
+    """The int5 operand builders' integer steps, emulated on the CPU for every fifth-bit byte and random code words:
+    fp16 pairs (the nibble pair as ``1024 + q`` / ``1024 + 16 q`` with the fifth bits ORed in, then the exact fix to
+    ``q - 16``) and 8-bit codes (four code bytes ``q``) are the 5-bit codes the kernel's layout holds."""
+    mma2 = importlib.import_module("radiance_kernels.ops.w4a8_gemm.mma2")
+    g = torch.Generator().manual_seed(5)
+    words = torch.randint(0, 2**32, (16,), generator=g, dtype=torch.int64).tolist()
+    for j, k8, w, hb in itertools.product(range(4), (False, True), words, range(256)):
+        q = [(w >> 4 * i & 15) | (hb >> i & 1) << 4 for i in range(8)]  # nibble i's 5-bit code
+        keep, mul, mask = mma2.fifth_bits(j, k8)
+        fifth = (hb & keep) * mul & mask
+        if k8:
+            if j > 1:
+                continue
+            x = (w >> 4 * j) & 0x0F0F0F0F | fifth
+            assert [x >> 8 * b & 0xFF for b in range(4)] == [q[j + 2 * b] for b in range(4)]
+        else:
+            t = (w >> 8 * (j // 2)) & (0x00F000F0 if j % 2 else 0x000F000F) | 0x64006400 | fifth
+            halves = struct.unpack("<2e", t.to_bytes(4, "little"))
+            got = [h / 16 - 80 if j % 2 else h - 1040 for h in halves]
+            assert got == [q[j] - 16, q[j + 4] - 16], (j, hex(w), hb)
 
 
 MMA2_SM90 = """

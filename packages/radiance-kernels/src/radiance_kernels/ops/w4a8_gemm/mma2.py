@@ -82,6 +82,19 @@ _E4M3_TABLES = "mov.b32 t0, 0x44403800; mov.b32 t1, 0x4E4C4A48; mov.b32 t2, 0x53
 
 
 @gluon.constexpr_function
+def fifth_bits(j: int, k8: bool) -> tuple[int, int, int]:
+    """``(keep, mul, mask)``: ``((hb & keep) * mul) & mask`` puts the fifth bits of step j's codes, from their byte
+    ``hb`` (bit i = nibble i's), where that step's operand register wants them. fp16 pairs (nibbles j, j + 4 at
+    ``1024 + q`` for even j, ``1024 + 16 q`` for odd): bit 4 / 8 of each half — the multiply makes two disjoint copies
+    of the byte, bit j landing on the low half's target and bit j + 4 on the high half's. 8-bit codes (nibbles j,
+    j + 2, j + 4, j + 6, a byte each): bit 4 of each byte — the copies collide only into bits the mask drops."""
+    if k8:
+        return 0x55 << j, 0x00410410 >> j, 0x10101010
+    lo = 8 if j % 2 else 4
+    return 0xFF, (1 << (lo - j)) + (1 << (lo + 12 - j)), 0x01000100 if j % 2 else 0x00100010
+
+
+@gluon.constexpr_function
 def _code_asm(K8, INT8, j, BITS=4):
     """PTX: MMA B elements from int32 ``wq`` words ($1; the pack's other inputs repeat it), step ``j``; int5 also from
     the words' fifth-bit bytes as int32 (fp16 operands: $3; int8: $5)."""
@@ -91,18 +104,16 @@ def _code_asm(K8, INT8, j, BITS=4):
         fix = (f"mov.b32 m, 0x2C002C00; mov.b32 c, {_f16x2(-64 - off)}; fma.rn.f16x2 $0, t, m, c;" if j % 2 else
                f"mov.b32 c, {_f16x2(1024 + off)}; sub.rn.f16x2 $0, t, c;")  # (1024 + 16 q) / 16 - 64 - off, or
         fifth = ""  # 1024 + q - 1024 - off; int5: bits j, j + 4 of the byte to 16 (even j) / 256 (odd j) of each half
-        if BITS == 5:  # one multiply makes two copies of the byte, disjoint (no carries): bit j lands on the low half's
-            lo = 8 if j % 2 else 4  # target, bit j + 4 on the high half's (16 above); the mask keeps those two
-            fifth = (f"mul.lo.u32 x, $3, {(1 << (lo - j)) + (1 << (lo + 12 - j)):#x};"
-                     f" lop3.b32 t, x, {0x01000100 if j % 2 else 0x00100010:#010x}, t, 0xEA;")
+        if BITS == 5:  # (the byte needs no mask: it is zero-extended)
+            _, mul, mask = fifth_bits(j, False)
+            fifth = f"mul.lo.u32 x, $3, {mul:#x}; lop3.b32 t, x, {mask:#010x}, t, 0xEA;"
         return (f"{{ .reg .b32 w, t, m, c, x; {shift} lop3.b32 t, w, {0x00F000F0 if j % 2 else 0x000F000F:#010x},"
                 f" 0x64006400, 0xEA; {fifth} {fix} }}")
-    if INT8:  # int5: bits j, j + 2, j + 4, j + 6 of the byte ($5) to bit 4 of each code byte by one multiply (its
-        # copies collide only into bits the mask drops)
+    if INT8:  # int5: bits j, j + 2, j + 4, j + 6 of the byte ($5) to bit 4 of each code byte
         if BITS == 5:
-            return (f"{{ .reg .b32 x, y; shr.b32 x, $1, {4 * j}; and.b32 x, x, 0x0F0F0F0F;"
-                    f" and.b32 y, $5, {0x55 << j:#x}; mul.lo.u32 y, y, {0x00410410 >> j:#x};"
-                    " lop3.b32 $0, y, 0x10101010, x, 0xEA; }")
+            keep, mul, mask = fifth_bits(j, True)
+            return (f"{{ .reg .b32 x, y; shr.b32 x, $1, {4 * j}; and.b32 x, x, 0x0F0F0F0F; and.b32 y, $5, {keep:#x};"
+                    f" mul.lo.u32 y, y, {mul:#x}; lop3.b32 $0, y, {mask:#010x}, x, 0xEA; }}")
         return f"{{ .reg .b32 x; shr.b32 x, $1, {4 * j}; and.b32 $0, x, 0x0F0F0F0F; }}"
     return (f"{{ .reg .b32 x, y, t0, t1, t2, t3, r; shr.b32 x, $1, {16 * j}; {_E4M3_TABLES}"
             " prmt.b32 r, t0, t1, x; xor.b32 y, x, 0x8888; prmt.b32 y, t2, t3, y; or.b32 $0, r, y; }")
