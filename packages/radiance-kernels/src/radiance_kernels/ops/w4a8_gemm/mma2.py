@@ -43,7 +43,7 @@ against 440 for e4m3). The same K order (the unpack and activation pickers are e
 roles and the frame's axes change. H200 call 67: 1.08-1.32x the unswapped ring at M = 4, 8 on every shape (gate_up
 M = 8: 32.2 / 30.2 us e4m3 / int8 against 42.6 / 38.4).
 
-int5 (``BITS`` 5; the ring, fp16 operands): the fifth-bit bytes ``wh [K/8, N]`` (bit j of a byte = the fifth bit of
+int5 (``BITS`` 5; ring configs only): the fifth-bit bytes ``wh [K/8, N]`` (bit j of a byte = the fifth bit of
 nibble j of the word at the same index) come by TMA as a ``[16, BN]`` tile of each stage and are read in the words'
 fragment layout; step j ORs bits j, j + 4 of the byte into the pair ``1024 + q`` / ``1024 + 16 q`` (one multiply
 placing both, one ``lop3``) before the exact ``- 16``. ptxas sm_90: 523 loop instructions per group and warp against
