@@ -1,0 +1,73 @@
+"""Probe (GPU): whether a decode producer that asks L2 for its GEMM's first weight groups (before it waits for its
+predecessor) shortens the served linear. Chains of (producer → tuned W4A8 GEMM) over enough weight copies to stream
+from DRAM, inside one CUDA graph, per linear: the standalone rotate+quant and the fused stream producer of each
+projection, at prefetch budgets of 0 (none) to all of the weights. Outputs are checked equal to the budget-0 chain's.
+Writes ``$OUT/probe_l2.json``.
+
+    PYTHONPATH=packages/radiance-kernels/src:packages/radiance-bench/src OUT=dir python3 tools/device/probe_l2.py
+"""
+
+import os
+
+import torch
+from probe_out import record, save
+
+from radiance_bench.kernelbench.cases import PRODUCER_OF, activations, w4_weight, w4a8_gemm
+from radiance_bench.kernelbench.timing import copies_needed, graph_time
+from radiance_kernels.ops.stream import triton as st
+from radiance_kernels.ops.w4a8_gemm.triton import l2_prefetch_plan
+from radiance_kernels.shapes import projections
+
+BUDGETS_MB = [int(b) for b in os.environ.get("BUDGETS_MB", "0 8 24 1024").split()]
+MS = [int(m) for m in os.environ.get("PROBE_M", "8 16").split()]
+BITS = [int(b) for b in os.environ.get("PROBE_BITS", "4").split()]
+
+
+def chain(kind, ws, M, K, elem, budget):
+    """The producer → GEMM calls over the weight copies ``ws``."""
+    calls = []
+    for i, wt in enumerate(ws):
+        x, y = activations(M, K, i), activations(M, K, i + 1)
+        gw = activations(1, K, i + 2)[0]
+        plan = l2_prefetch_plan(wt.w, M, elem == "int8", budget) if budget else None
+        rot = (wt.pairs, wt.theta, wt.cs)
+
+        def call(x=x, y=y, gw=gw, plan=plan, rot=rot, wt=wt):
+            if kind == "rotate_quant":
+                o = st.launch("none", x, rotation=rot, elem=elem, granularity="group", hw=True, prefetch=plan)
+            elif kind == "add_rms_gemma":
+                o = st.launch(kind, x, y, gw, 1e-6, rot, elem, "group", store_hs=True, hw=True, prefetch=plan)
+            else:
+                o = st.launch(kind, x, y, gw[:128] if kind == "gated_rms_norm" else None, 1e-6, rot, elem, "group",
+                              hw=True, prefetch=plan)
+            return w4a8_gemm(wt, o["A"], o["AS"], o["RS"])
+        calls.append(call)
+    return calls
+
+
+res = []
+for proj in projections(1):
+    if proj.name == "gdn.in_proj_ba":
+        continue
+    for bits in BITS:
+        n = copies_needed(w4_weight(proj, bits, 0).nbytes)
+        ws = [w4_weight(proj, bits, seed=i) for i in range(n)]
+        for M in MS:
+            for elem in ("e4m3", "int8"):
+                for kind in ("rotate_quant", PRODUCER_OF[proj.name]):
+                    want = None
+                    for mb in BUDGETS_MB:
+                        calls = chain(kind, ws, M, proj.K, elem, mb << 20)
+                        got = [c() for c in calls[:2]]
+                        want = want or got
+                        t = graph_time(calls)
+                        plan = l2_prefetch_plan(ws[0].w, M, elem == "int8", mb << 20) if mb else None
+                        row = dict(proj=proj.name, bits=bits, M=M, elem=elem, producer=kind, budget_MB=mb,
+                                   prefetch_MB=sum(r[2] for r in plan[0]) * plan[1] / 2**20 if plan else 0,
+                                   best_us=t.best_us, median_us=t.median_us, weight_MB=ws[0].nbytes / 2**20,
+                                   same=all(torch.equal(a, b) for a, b in zip(got, want, strict=True)))
+                        record(res, row)
+        del ws
+save("probe_l2", res, lambda r: f"{r['proj']:16s} int{r['bits']} M={r['M']:2d} {r['elem']:5s} {r['producer']:14s} "
+     f"budget {r['budget_MB']:4d} MB (issued {r['prefetch_MB']:5.1f} of {r['weight_MB']:5.1f}) {r['best_us']:7.1f} us"
+     f"{'' if r['same'] else '  DIFFERS'}")
