@@ -18,8 +18,8 @@ from radiance_kernels.ops.stream import triton as st
 from radiance_kernels.ops.w4a8_gemm.triton import l2_prefetch_plan
 from radiance_kernels.shapes import projections
 
-BUDGETS_MB = [int(b) for b in os.environ.get("BUDGETS_MB", "0 8 24 1024").split()]
-MS = [int(m) for m in os.environ.get("PROBE_M", "8 16").split()]
+BUDGETS_MB = [int(b) for b in os.environ.get("BUDGETS_MB", "0 4 12 24 1024").split()]
+MS = [int(m) for m in os.environ.get("PROBE_M", "8").split()]
 BITS = [int(b) for b in os.environ.get("PROBE_BITS", "4").split()]
 
 
