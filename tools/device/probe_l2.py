@@ -1,7 +1,8 @@
 """Probe (GPU): whether a decode producer that asks L2 for its GEMM's first weight groups (before it waits for its
 predecessor) shortens the served linear. Chains of (producer → tuned W4A8 GEMM) over enough weight copies to stream
 from DRAM, inside one CUDA graph, per linear: the standalone rotate+quant and the fused stream producer of each
-projection, at prefetch budgets of 0 (none) to all of the weights. Outputs are checked equal to the budget-0 chain's.
+projection, prefetching 0 (none), 1 or 2 groups of every split ahead, or (-1) 16 bytes at the start of every split's
+range (the pages only), each twice (A/B/A/B). Outputs are checked equal to the first setting's.
 Writes ``$OUT/probe_l2.json``.
 
     PYTHONPATH=packages/radiance-kernels/src:packages/radiance-bench/src OUT=dir python3 tools/device/probe_l2.py
@@ -18,18 +19,27 @@ from radiance_kernels.ops.stream import triton as st
 from radiance_kernels.ops.w4a8_gemm.triton import l2_prefetch_plan
 from radiance_kernels.shapes import projections
 
-BUDGETS_MB = [int(b) for b in os.environ.get("BUDGETS_MB", "0 4 12 24 1024").split()]
-MS = [int(m) for m in os.environ.get("PROBE_M", "8").split()]
+AHEAD = [int(b) for b in os.environ.get("AHEAD", "0 1 2 -1 0 1 2 -1").split()]  # groups per split, repeated: A/B/A/B
+MS = [int(m) for m in os.environ.get("PROBE_M", "1 8 16").split()]
+ELEMS = os.environ.get("PROBE_ELEMS", "e4m3").split()
 BITS = [int(b) for b in os.environ.get("PROBE_BITS", "4").split()]
 
 
-def chain(kind, ws, M, K, elem, budget):
+def plan_of(w, M, elem, ahead):
+    """``ahead`` groups of every split; -1: 16 bytes of each split's first group."""
+    plan = l2_prefetch_plan(w, M, elem == "int8", abs(ahead))
+    if ahead < 0:
+        plan = tuple((t, stride, 16, total) for t, stride, _, total in plan[0]), plan[1]
+    return plan
+
+
+def chain(kind, ws, M, K, elem, ahead):
     """The producer → GEMM calls over the weight copies ``ws``."""
     calls = []
     for i, wt in enumerate(ws):
         x, y = activations(M, K, i), activations(M, K, i + 1)
         gw = activations(1, K, i + 2)[0]
-        plan = l2_prefetch_plan(wt.w, M, elem == "int8", budget) if budget else None
+        plan = plan_of(wt.w, M, elem, ahead)
         rot = (wt.pairs, wt.theta, wt.cs)
 
         def call(x=x, y=y, gw=gw, plan=plan, rot=rot, wt=wt):
@@ -53,21 +63,21 @@ for proj in projections(1):
         n = copies_needed(w4_weight(proj, bits, 0).nbytes)
         ws = [w4_weight(proj, bits, seed=i) for i in range(n)]
         for M in MS:
-            for elem in ("e4m3", "int8"):
+            for elem in ELEMS:
                 for kind in ("rotate_quant", PRODUCER_OF[proj.name]):
                     want = None
-                    for mb in BUDGETS_MB:
-                        calls = chain(kind, ws, M, proj.K, elem, mb << 20)
+                    for ahead in AHEAD:
+                        calls = chain(kind, ws, M, proj.K, elem, ahead)
                         got = [c() for c in calls[:2]]
                         want = want or got
                         t = graph_time(calls)
-                        plan = l2_prefetch_plan(ws[0].w, M, elem == "int8", mb << 20) if mb else None
-                        row = dict(proj=proj.name, bits=bits, M=M, elem=elem, producer=kind, budget_MB=mb,
+                        plan = plan_of(ws[0].w, M, elem, ahead)
+                        row = dict(proj=proj.name, bits=bits, M=M, elem=elem, producer=kind, ahead=ahead,
                                    prefetch_MB=sum(r[2] for r in plan[0]) * plan[1] / 2**20 if plan else 0,
                                    best_us=t.best_us, median_us=t.median_us, weight_MB=ws[0].nbytes / 2**20,
                                    same=all(torch.equal(a, b) for a, b in zip(got, want, strict=True)))
                         record(res, row)
         del ws
 save("probe_l2", res, lambda r: f"{r['proj']:16s} int{r['bits']} M={r['M']:2d} {r['elem']:5s} {r['producer']:14s} "
-     f"budget {r['budget_MB']:4d} MB (issued {r['prefetch_MB']:5.1f} of {r['weight_MB']:5.1f}) {r['best_us']:7.1f} us"
+     f"ahead {r['ahead']:2d} (issued {r['prefetch_MB']:5.1f} of {r['weight_MB']:5.1f}) {r['best_us']:7.1f} us"
      f"{'' if r['same'] else '  DIFFERS'}")

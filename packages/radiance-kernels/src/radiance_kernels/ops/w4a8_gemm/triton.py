@@ -849,28 +849,29 @@ def _decode_default(M: int) -> str:
     return GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT
 
 
-#: Bytes of a decode GEMM's weights its producer asks L2 for (:func:`l2_prefetch_plan`).
-L2_PREFETCH_BYTES = 24 << 20
+#: Groups of every split of a decode GEMM its producer asks L2 for (:func:`l2_prefetch_plan`). H200 calls 88-89
+#: (``tools/device/probe_l2.py``, M = 8, per linear): one group gained 0.5-1.1 us on the standalone rotate+quant
+#: chains, more groups lost (the whole of o_proj's 16 MB: +1 us; of gate_up's first 24 MB: +2 us).
+L2_PREFETCH_GROUPS = 1
 
 
-def l2_prefetch_plan(w: W4Prepared, M: int, int8: bool, budget: int = L2_PREFETCH_BYTES):
+def l2_prefetch_plan(w: W4Prepared, M: int, int8: bool, groups: int = L2_PREFETCH_GROUPS):
     """The L2 prefetch plan (:mod:`radiance_kernels.tl.l2`) a launch before the W4A8 GEMM of ``w`` at ``M`` rows
-    (``int8``: int8 activations) can issue: the first groups of every split of the decode config that GEMM will run
-    (the tuned pick, as :func:`gemm`), in each of the weight tensors (words, scale / zero words, int5's fifth-bit
-    bytes) — each split's programs read their groups in order, so the groups they read first are in L2 when they
-    start —, as many groups per split as ``budget`` bytes hold (at least one). Prefill (``M`` past the decode band)
-    or ``budget`` 0: no plan (None)."""
+    (``int8``: int8 activations) can issue: the first ``groups`` groups of every split of the decode config that
+    GEMM will run (the tuned pick, as :func:`gemm`) — each split's programs read their groups in order — in each of
+    the weight tensors (words, scale / zero words, int5's fifth-bit bytes). Prefill (``M`` past the decode band) or
+    ``groups`` 0: no plan (None)."""
     K, N = w.wq.shape[0] * 8, w.wq.shape[1]
     band, over = picked("w4a8_gemm", M, N, K, "auto", w.wq.device, None, int8, w.bits)
-    if band != "decode" or budget <= 0:
+    if band != "decode" or groups <= 0:
         return None
     cfg = config(M, N, K, band, triton_interpreted(), over, _decode_default(M))
     per, splits = cfg["per"], cfg["splits"]
     tensors = [(w.wq, 64 * N), (w.sz, 4 * N)] + ([(w.wh, 16 * N)] if w.bits == 5 else [])  # bytes per group
-    ahead = min(per, max(1, budget // (splits * sum(b for _, b in tensors))))
     for t, _ in tensors:
         if t.data_ptr() % 16 or not t.is_contiguous():
             raise ValueError("l2_prefetch_plan: the weight tensors must be contiguous and 16-byte aligned")
+    ahead = min(per, groups)
     return tuple((t.view(torch.uint8), per * b, ahead * b, t.numel() * t.element_size()) for t, b in tensors), splits
 
 
