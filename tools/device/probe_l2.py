@@ -1,9 +1,9 @@
 """Probe (GPU): whether a decode producer that asks L2 for its GEMM's first weight groups (before it waits for its
 predecessor) shortens the served linear. Chains of (producer → tuned W4A8 GEMM) over enough weight copies to stream
 from DRAM, inside one CUDA graph, per linear: the standalone rotate+quant and the fused stream producer of each
-projection, prefetching 0 (none), 1 or 2 groups of every split ahead, or (-1) 16 bytes at the start of every split's
-range (the pages only), each twice (A/B/A/B). Outputs are checked equal to the first setting's.
-Writes ``$OUT/probe_l2.json``.
+projection, prefetching 0 (none), 1 or 2 groups of every split ahead, or 16 bytes at the start of every split's range
+(-1) or of every 2 MB of the weights (-2): the pages only, each twice (A/B/A/B). Outputs are checked equal to the
+first setting's. Writes ``$OUT/probe_l2.json``.
 
     PYTHONPATH=packages/radiance-kernels/src:packages/radiance-bench/src OUT=dir python3 tools/device/probe_l2.py
 """
@@ -19,17 +19,20 @@ from radiance_kernels.ops.stream import triton as st
 from radiance_kernels.ops.w4a8_gemm.triton import l2_prefetch_plan
 from radiance_kernels.shapes import projections
 
-AHEAD = [int(b) for b in os.environ.get("AHEAD", "0 1 2 -1 0 1 2 -1").split()]  # groups per split, repeated: A/B/A/B
+AHEAD = [int(b) for b in os.environ.get("AHEAD", "0 1 -1 -2 0 1 -1 -2").split()]  # groups per split, repeated: A/B/A/B
 MS = [int(m) for m in os.environ.get("PROBE_M", "1 8 16").split()]
 ELEMS = os.environ.get("PROBE_ELEMS", "e4m3").split()
 BITS = [int(b) for b in os.environ.get("PROBE_BITS", "4").split()]
 
 
 def plan_of(w, M, elem, ahead):
-    """``ahead`` groups of every split; -1: 16 bytes of each split's first group."""
-    plan = l2_prefetch_plan(w, M, elem == "int8", abs(ahead))
-    if ahead < 0:
+    """``ahead`` groups of every split; -1: 16 bytes of each split's first group; -2: 16 bytes of every 2 MB of the
+    weight tensors (each page of a 2 MB-paged allocation)."""
+    plan = l2_prefetch_plan(w, M, elem == "int8", max(ahead, 1))
+    if ahead == -1:
         plan = tuple((t, stride, 16, total) for t, stride, _, total in plan[0]), plan[1]
+    elif ahead == -2:
+        plan = tuple((t, 2 << 20, 16, total) for t, _, _, total in plan[0]), -(-plan[0][0][3] // (2 << 20))
     return plan
 
 

@@ -6,8 +6,7 @@ registers, nothing is waited for). A hint: correctness never depends on it.
 
 A prefetch plan is a tuple of regions ``(ptr, stride, length, total)`` — ``ptr`` a uint8 view of a tensor of
 ``total`` bytes — sharing one ``count``: region r covers bytes ``[j·stride, j·stride + length)`` of its tensor for
-``j < count`` (clipped to ``total``). Every program of the launch takes an equal 16-byte-aligned slice of each range
-(``ptr`` and ``stride`` 16-byte aligned; a slice's tail under 16 bytes is dropped).
+``j < count`` (clipped to ``total``; ``ptr`` and ``stride`` 16-byte aligned, a tail under 16 bytes dropped).
 """
 
 from __future__ import annotations
@@ -21,21 +20,23 @@ PREFETCH_L2: tl.constexpr = tl.constexpr(
 
 
 @triton.jit
-def prefetch_regions(regions, count, NREG: tl.constexpr, LANES: tl.constexpr):
-    """This program's share of the plan ``regions`` (``NREG`` of them, ``count`` ranges each): each of the launch's
-    programs (any grid shape, ``LANES`` threads) issues one bulk prefetch per range, from its first thread — the
-    copy engine's cost is per instruction, not per byte (H200 call 88: one 16-byte-aligned slice per *thread* of
-    the launch, ~500 instructions per one-warp program, doubled the linear's time)."""
+def prefetch_regions(regions, count, NREG: tl.constexpr, LANES: tl.constexpr, SLICE: tl.constexpr = 32768):
+    """This program's share of the plan ``regions`` (``NREG`` of them, ``count`` ranges each): every range is cut
+    into ``SLICE``-byte slices, dealt round-robin over the launch's programs (any grid shape, ``LANES`` threads
+    each); a program issues one bulk prefetch per slice it holds, from its first thread. The cost is per instruction
+    and per program, not per byte: H200 call 88 (a slice per thread, ~500 per one-warp program) doubled the linear's
+    time, call 90 (every range by every program, 16-26 per program) still cost the producers whose start lies on
+    the critical path up to 1 us."""
     prog = tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
     progs = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
     first = tl.arange(0, LANES) == 0
     for r in tl.static_range(NREG):
         ptr, stride, length, total = regions[r]
-        chunk = ((length + progs - 1) // progs + 15) // 16 * 16
-        off = prog.to(tl.int64) * chunk
-        for j in range(count):
-            start = j.to(tl.int64) * stride + off
-            n = (tl.maximum(tl.minimum(tl.minimum(length - off, total - start), chunk), 0) & -16).to(tl.int32)
-            n = tl.where(first, n, 0) + tl.zeros([LANES], tl.int32)
-            tl.inline_asm_elementwise(PREFETCH_L2, "=r,l,r", [ptr + start + tl.zeros([LANES], tl.int64), n],
+        per = (length + SLICE - 1) // SLICE
+        for i in range(prog, per * count, progs):
+            s = (i % per).to(tl.int64) * SLICE
+            start = (i // per).to(tl.int64) * stride + s
+            n = (tl.maximum(tl.minimum(tl.minimum(length - s, total - start), SLICE), 0) & -16).to(tl.int32)
+            tl.inline_asm_elementwise(PREFETCH_L2, "=r,l,r", [ptr + start + tl.zeros([LANES], tl.int64),
+                                                              tl.where(first, n, 0)],
                                       dtype=tl.int32, is_pure=False, pack=1)

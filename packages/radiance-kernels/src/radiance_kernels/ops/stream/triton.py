@@ -167,13 +167,14 @@ def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.con
 @triton.jit
 def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False, pf=None, pf_count=0,
                         PF: tl.constexpr = 0, LANES: tl.constexpr = 32):
-    """PF: first ask L2 for this program's share of the next GEMM's weights (the plan ``pf``, :mod:`.tl.l2`: it
-    depends on no predecessor); TRIGGER: let the next launch (a programmatic dependent) start now; WAIT (launched as
-    one): wait for the previous launch's grid, complete and its writes visible, before reading or writing anything."""
-    if PF:
-        prefetch_regions(pf, pf_count, PF, LANES)
+    """TRIGGER: let the next launch (a programmatic dependent) start now; PF: ask L2 for this program's share of the
+    next GEMM's weights (the plan ``pf``, :mod:`radiance_kernels.tl.l2`: it depends on no predecessor); WAIT
+    (launched as one): wait for the previous launch's grid, complete and its writes visible, before reading or
+    writing anything."""
     if TRIGGER:
         gdc_launch_dependents()
+    if PF:
+        prefetch_regions(pf, pf_count, PF, LANES)
     if WAIT:
         gdc_wait()
 
