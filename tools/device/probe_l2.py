@@ -58,29 +58,35 @@ def chain(kind, ws, M, K, elem, ahead):
     return calls
 
 
-res = []
-for proj in projections(1):
-    if proj.name == "gdn.in_proj_ba":
-        continue
-    for bits in BITS:
-        n = copies_needed(w4_weight(proj, bits, 0).nbytes)
-        ws = [w4_weight(proj, bits, seed=i) for i in range(n)]
-        for M in MS:
-            for elem in ELEMS:
-                for kind in ("rotate_quant", PRODUCER_OF[proj.name]):
-                    want = None
-                    for ahead in AHEAD:
-                        calls = chain(kind, ws, M, proj.K, elem, ahead)
-                        got = [c() for c in calls[:2]]
-                        want = want or got
-                        t = graph_time(calls)
-                        plan = plan_of(ws[0].w, M, elem, ahead)
-                        row = dict(proj=proj.name, bits=bits, M=M, elem=elem, producer=kind, ahead=ahead,
-                                   prefetch_MB=sum(r[2] for r in plan[0]) * plan[1] / 2**20 if plan else 0,
-                                   best_us=t.best_us, median_us=t.median_us, weight_MB=ws[0].nbytes / 2**20,
-                                   same=all(torch.equal(a, b) for a, b in zip(got, want, strict=True)))
-                        record(res, row)
-        del ws
-save("probe_l2", res, lambda r: f"{r['proj']:16s} int{r['bits']} M={r['M']:2d} {r['elem']:5s} {r['producer']:14s} "
-     f"ahead {r['ahead']:2d} (issued {r['prefetch_MB']:5.1f} of {r['weight_MB']:5.1f}) {r['best_us']:7.1f} us"
-     f"{'' if r['same'] else '  DIFFERS'}")
+
+def main() -> None:
+    res = []
+    for proj in projections(1):
+        if proj.name == "gdn.in_proj_ba":
+            continue
+        for bits in BITS:
+            n = copies_needed(w4_weight(proj, bits, 0).nbytes)
+            ws = [w4_weight(proj, bits, seed=i) for i in range(n)]
+            for M in MS:
+                for elem in ELEMS:
+                    for kind in ("rotate_quant", PRODUCER_OF[proj.name]):
+                        want = None
+                        for ahead in AHEAD:
+                            calls = chain(kind, ws, M, proj.K, elem, ahead)
+                            got = [c() for c in calls[:2]]
+                            want = want or got
+                            t = graph_time(calls)
+                            plan = plan_of(ws[0].w, M, elem, ahead)
+                            row = dict(proj=proj.name, bits=bits, M=M, elem=elem, producer=kind, ahead=ahead,
+                                       prefetch_MB=sum(r[2] for r in plan[0]) * plan[1] / 2**20 if plan else 0,
+                                       best_us=t.best_us, median_us=t.median_us, weight_MB=ws[0].nbytes / 2**20,
+                                       same=all(torch.equal(a, b) for a, b in zip(got, want, strict=True)))
+                            record(res, row)
+            del ws
+    save("probe_l2", res, lambda r: f"{r['proj']:16s} int{r['bits']} M={r['M']:2d} {r['elem']:5s} {r['producer']:14s} "
+         f"ahead {r['ahead']:2d} (issued {r['prefetch_MB']:5.1f} of {r['weight_MB']:5.1f}) {r['best_us']:7.1f} us"
+         f"{'' if r['same'] else '  DIFFERS'}")
+
+
+if __name__ == "__main__":
+    main()

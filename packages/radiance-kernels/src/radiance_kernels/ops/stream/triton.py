@@ -166,7 +166,7 @@ def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.con
 
 @triton.jit
 def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False, pf=None, pf_count=0,
-                        PF: tl.constexpr = 0, LANES: tl.constexpr = 32):
+                        PF: tl.constexpr = 0, LANES: tl.constexpr = 32, DELAY: tl.constexpr = 0):
     """TRIGGER: let the next launch (a programmatic dependent) start now; PF: ask L2 for this program's share of the
     next GEMM's weights (the plan ``pf``, :mod:`radiance_kernels.tl.l2`: it depends on no predecessor); WAIT
     (launched as one): wait for the previous launch's grid, complete and its writes visible, before reading or
@@ -175,6 +175,8 @@ def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False, pf=No
         gdc_launch_dependents()
     if PF:
         prefetch_regions(pf, pf_count, PF, LANES)
+    if DELAY:
+        tl.inline_asm_elementwise(f"nanosleep.u32 {DELAY}; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
     if WAIT:
         gdc_wait()
 
@@ -182,11 +184,11 @@ def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False, pf=No
 @triton.jit
 def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, pf, pf_count, DT: tl.constexpr,
                         BM: tl.constexpr, WAIT: tl.constexpr, TRIGGER: tl.constexpr, PF: tl.constexpr,
-                        LANES: tl.constexpr):
+                        LANES: tl.constexpr, DELAY: tl.constexpr = 0):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
     per (BM-row block, group). TRIGGER: the main launch may start at once (it waits for this grid). PF: the
     launch's L2 prefetch plan (the main launch then has none)."""
-    _programmatic_start(WAIT, TRIGGER, pf, pf_count, PF, LANES)
+    _programmatic_start(WAIT, TRIGGER, pf, pf_count, PF, LANES, DELAY)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
     g = tl.program_id(1)
@@ -238,9 +240,9 @@ def _prologue_kernel(
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
     SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, WAIT: tl.constexpr,
-    PF: tl.constexpr,
+    PF: tl.constexpr, DELAY: tl.constexpr = 0,
 ):
-    _programmatic_start(WAIT, False, pf, pf_count, PF, 32 * NW)
+    _programmatic_start(WAIT, False, pf, pf_count, PF, 32 * NW, DELAY)
     p = tl.program_id(0)
     rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
