@@ -20,17 +20,24 @@ from radiance_kernels.ops.w4a8_gemm.triton import l2_prefetch_plan
 from radiance_kernels.shapes import projections
 
 AHEAD = [int(b) for b in os.environ.get("AHEAD", "0 1 -1 -2 0 1 -1 -2").split()]  # groups per split, repeated: A/B/A/B
+if os.environ.get("L2_SLICED"):  # call 90's form: every program issues its slice of every range
+    from l2_sliced import prefetch_regions_sliced
+
+    st.prefetch_regions = prefetch_regions_sliced
 MS = [int(m) for m in os.environ.get("PROBE_M", "1 8 16").split()]
 ELEMS = os.environ.get("PROBE_ELEMS", "e4m3").split()
+PROJS = os.environ.get("PROBE_PROJS", "").split()
 BITS = [int(b) for b in os.environ.get("PROBE_BITS", "4").split()]
 
 
 def plan_of(w, M, elem, ahead):
     """``ahead`` groups of every split; -1: 16 bytes of each split's first group; -2: 16 bytes of every 2 MB of the
-    weight tensors (each page of a 2 MB-paged allocation)."""
+    weight tensors (each page of a 2 MB-paged allocation); -3: ranges of no bytes (the issuing code alone)."""
     plan = l2_prefetch_plan(w, M, elem == "int8", max(ahead, 1))
     if ahead == -1:
         plan = tuple((t, stride, 16, total) for t, stride, _, total in plan[0]), plan[1]
+    elif ahead == -3:  # no bytes: only the issuing loop runs
+        plan = tuple((t, stride, 0, total) for t, stride, _, total in plan[0]), plan[1]
     elif ahead == -2:
         plan = tuple((t, 2 << 20, 16, total) for t, _, _, total in plan[0]), -(-plan[0][0][3] // (2 << 20))
     return plan
@@ -62,7 +69,7 @@ def chain(kind, ws, M, K, elem, ahead):
 def main() -> None:
     res = []
     for proj in projections(1):
-        if proj.name == "gdn.in_proj_ba":
+        if proj.name == "gdn.in_proj_ba" or PROJS and proj.name not in PROJS:
             continue
         for bits in BITS:
             n = copies_needed(w4_weight(proj, bits, 0).nbytes)
