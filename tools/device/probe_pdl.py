@@ -45,32 +45,26 @@ def use(variant: str) -> None:
     mma2._w4a8_mma2_kernel = Roles(ORIG["gemm"], TRIGGER=trigger)
 
 
-
-def main() -> None:
-    res = []
-    M = 8
-    for proj in projections(1):
-        if proj.name not in ("mlp.down", "mlp.gate_up", "gdn.out_proj", "attn.qkv"):
-            continue
-        for elem in ("e4m3", "int8") if proj.name == "mlp.down" else ("e4m3",):
-            n = copies_needed(w4_weight(proj, 4, 0).nbytes)
-            ws = [w4_weight(proj, 4, seed=i) for i in range(n)]
-            prods = [producer_calls(proj.name, M, proj.K, i, w, elem)[0] for i, w in enumerate(ws)]
-            served = [lambda f=f, w=w: w4a8_gemm(w, *f()) for f, w in zip(prods, ws, strict=True)]
-            use("none")
-            want = [c() for c in served[:2]]
-            for variant in VARIANTS:
-                use(variant)
-                same = all(torch.equal(g, w) for g, w in zip([c() for c in served[:2]], want, strict=True))
-                t = graph_time(served)
-                row = dict(proj=proj.name, elem=elem, M=M, variant=variant, roles=VARIANTS[variant], best_us=t.best_us,
-                           median_us=t.median_us, same=same)
-                record(res, row)
-            use("none")
-            del ws, prods, served
-    save("probe_pdl", res, lambda r: f"{r['proj']:16s} {r['elem']:5s} {r['variant']:31s} {r['best_us']:7.1f} us"
-         f"{'' if r['same'] else '  DIFFERS'}")
-
-
-if __name__ == "__main__":
-    main()
+res = []
+M = 8
+for proj in projections(1):
+    if proj.name not in ("mlp.down", "mlp.gate_up", "gdn.out_proj", "attn.qkv"):
+        continue
+    for elem in ("e4m3", "int8") if proj.name == "mlp.down" else ("e4m3",):
+        n = copies_needed(w4_weight(proj, 4, 0).nbytes)
+        ws = [w4_weight(proj, 4, seed=i) for i in range(n)]
+        prods = [producer_calls(proj.name, M, proj.K, i, w, elem)[0] for i, w in enumerate(ws)]
+        served = [lambda f=f, w=w: w4a8_gemm(w, *f()) for f, w in zip(prods, ws, strict=True)]
+        use("none")
+        want = [c() for c in served[:2]]
+        for variant in VARIANTS:
+            use(variant)
+            same = all(torch.equal(g, w) for g, w in zip([c() for c in served[:2]], want, strict=True))
+            t = graph_time(served)
+            row = dict(proj=proj.name, elem=elem, M=M, variant=variant, roles=VARIANTS[variant], best_us=t.best_us,
+                       median_us=t.median_us, same=same)
+            record(res, row)
+        use("none")
+        del ws, prods, served
+save("probe_pdl", res, lambda r: f"{r['proj']:16s} {r['elem']:5s} {r['variant']:31s} {r['best_us']:7.1f} us"
+     f"{'' if r['same'] else '  DIFFERS'}")

@@ -36,12 +36,11 @@ import triton.language as tl
 from torch.utils.weak import WeakIdKeyDictionary
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from radiance_kernels.backends import programmatic_launch_on, triton_interpreted
+from radiance_kernels.backends import programmatic_launch_on
 from radiance_kernels.formats.rotation import GROUP, givens_tables
 from radiance_kernels.ops.rotate_quant import reference as rq_ref
 from radiance_kernels.ops.rotate_quant.triton import load_f32, quant_store, rotate_group, round_to, store_dt
 from radiance_kernels.ops.stream import reference as ref
-from radiance_kernels.tl.l2 import prefetch_regions
 
 PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 1, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
 _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -165,30 +164,21 @@ def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.con
 
 
 @triton.jit
-def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False, pf=None, pf_count=0,
-                        PF: tl.constexpr = 0, LANES: tl.constexpr = 32, DELAY: tl.constexpr = 0):
-    """TRIGGER: let the next launch (a programmatic dependent) start now; PF: ask L2 for this program's share of the
-    next GEMM's weights (the plan ``pf``, :mod:`radiance_kernels.tl.l2`: it depends on no predecessor); WAIT
-    (launched as one): wait for the previous launch's grid, complete and its writes visible, before reading or
-    writing anything."""
+def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False):
+    """TRIGGER: let the next launch (a programmatic dependent) start now; WAIT (launched as one): wait for the
+    previous launch's grid, complete and its writes visible, before reading or writing anything."""
     if TRIGGER:
         gdc_launch_dependents()
-    if PF:
-        prefetch_regions(pf, pf_count, PF, LANES)
-    if DELAY:
-        tl.inline_asm_elementwise(f"nanosleep.u32 {DELAY}; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
     if WAIT:
         gdc_wait()
 
 
 @triton.jit
-def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, pf, pf_count, DT: tl.constexpr,
-                        BM: tl.constexpr, WAIT: tl.constexpr, TRIGGER: tl.constexpr, PF: tl.constexpr,
-                        LANES: tl.constexpr, DELAY: tl.constexpr = 0):
+def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, DT: tl.constexpr, BM: tl.constexpr,
+                        WAIT: tl.constexpr, TRIGGER: tl.constexpr):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
-    per (BM-row block, group). TRIGGER: the main launch may start at once (it waits for this grid). PF: the
-    launch's L2 prefetch plan (the main launch then has none)."""
-    _programmatic_start(WAIT, TRIGGER, pf, pf_count, PF, LANES, DELAY)
+    per (BM-row block, group). TRIGGER: the main launch may start at once (it waits for this grid)."""
+    _programmatic_start(WAIT, TRIGGER)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
     g = tl.program_id(1)
@@ -236,13 +226,12 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, re
 def _prologue_kernel(
     a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
     mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, part_ptr, amax_ptr, inv_qmax,
-    M, K, G, GPP, row0, scr_rows, pf, pf_count,
+    M, K, G, GPP, row0, scr_rows,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
     SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, WAIT: tl.constexpr,
-    PF: tl.constexpr, DELAY: tl.constexpr = 0,
 ):
-    _programmatic_start(WAIT, False, pf, pf_count, PF, 32 * NW, DELAY)
+    _programmatic_start(WAIT)
     p = tl.program_id(0)
     rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
@@ -343,16 +332,14 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight: torch.Tensor | None = None,
            eps: float = 0.0, rotation=None, elem: str | None = None, granularity: str | None = None,
            store_hs: bool = False, hw: bool = False, out: dict[str, torch.Tensor] | None = None,
-           cfg: str | None = None, split: bool | None = None, prefetch=None) -> dict[str, torch.Tensor]:
+           cfg: str | None = None, split: bool | None = None) -> dict[str, torch.Tensor]:
     """Run the prologue kernel; returns the outputs by name: ``hs`` (and ``residual`` for the norms) when ``store_hs``,
     ``A``/``AS``/``RS`` when ``rotation`` = (pairs [P,krot,K], theta, channel_scales) is given. ``out`` may hold
     preallocated buffers by the same names (tests poison them). Argument checks are the callers' (the op wrappers);
     ``cfg`` names an entry of :data:`CONFIGS` (None: :func:`default_config`). ``split`` (add+RMSNorm, or per-token with
     a scratch config): fold the sum of squares / the row amax from per-group partials written in parallel instead of
     walking the row (None: split while the row-wide grid has fewer than :data:`SPLIT_PROGRAMS` programs); asked of any
-    other launch it raises. ``prefetch``: an L2 prefetch plan ``(regions, count)`` of :mod:`radiance_kernels.tl.l2`
-    (the next GEMM's weights, e.g. :func:`radiance_kernels.ops.w4a8_gemm.triton.l2_prefetch_plan`), issued by the
-    first launch before it waits for its predecessor; NVIDIA sm_90+ only (elsewhere it raises)."""
+    other launch it raises."""
     cfg = default_config(a.shape[0]) if cfg is None else cfg
     if cfg not in CONFIGS:
         raise ValueError(f"prologue cfg {cfg!r} is not one of {sorted(CONFIGS)}")
@@ -402,12 +389,6 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     if M == 0:
         return out
     pdl = programmatic_launch_on(dev)
-    regions, pf_count = prefetch or ((), 0)
-    if regions and (triton_interpreted() or dev.type != "cuda" or torch.version.cuda is None
-                    or torch.cuda.get_device_capability(dev) < (9, 0)):
-        raise ValueError("prologue prefetch: the L2 prefetch (cp.async.bulk.prefetch) runs on NVIDIA sm_90+ only, "
-                         f"got {dev} (interpreted: {triton_interpreted()})")
-    pf = regions or ((dummy.view(torch.uint8), 0, 0, 0),)  # never read without regions
     if split is None:
         split = (kind == 1 or scratch) and P * triton.cdiv(M, bm) < SPLIT_PROGRAMS
     fold = split and kind == 1
@@ -417,10 +398,8 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     if fold:
         part = torch.empty((M, G), dtype=torch.float32, device=dev)
         _ss_partials_kernel[(triton.cdiv(M, bm), G)](
-            _bits(a), _bits(b), a.stride(0), b.stride(0), part, M, G, pf, pf_count, DT=_DT[a.dtype], BM=bm,
-            WAIT=pdl, TRIGGER=pdl, PF=len(regions), LANES=32 * num_warps, num_warps=num_warps, enable_fp_fusion=False,
-            launch_pdl=pdl)
-        regions = ()  # issued
+            _bits(a), _bits(b), a.stride(0), b.stride(0), part, M, G, DT=_DT[a.dtype], BM=bm,
+            WAIT=pdl, TRIGGER=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
     chunk = M
     if scratch:  # equal chunks of whole row blocks, each within the cap
         cap = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm)
@@ -437,11 +416,10 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             mate, cos, sin, cs,
             out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, part, amax,
             inv_qmax,
-            M, K, G, GPP, row0, scr.shape[1] if scratch else 0, pf, pf_count,
+            M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, PF=len(regions), num_warps=num_warps,
-            enable_fp_fusion=False, launch_pdl=pdl,
+            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, num_warps=num_warps, enable_fp_fusion=False,
+            launch_pdl=pdl,
         )
-        regions = ()  # issued by the first launch
     return out

@@ -698,16 +698,6 @@ def counters(device, tiles: int) -> torch.Tensor:
     return buf
 
 
-def picked(op: str, M: int, N: int, K: int, band: str, device, cfg: dict | None, int8: bool,
-           bits: int) -> tuple[str, dict | None]:
-    """(band, config override) a launch runs: ``cfg``, or else on a GPU the committed A/B winner (:mod:`.tuned`)."""
-    band = resolve_band(band, M, op)
-    if cfg is None and not triton_interpreted() and torch.device(device).type == "cuda":
-        name = tuned.pick(torch.cuda.get_device_name(device), op, band, M, N, K, "int8" if int8 else "e4m3", bits)
-        cfg = None if name is None else (DECODE if band == "decode" else PREFILL)[name]
-    return band, cfg
-
-
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
            tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, prefill: str = PREFILL_DEFAULT,
            gemv=None, mma2=None, unpacked=None, blockwise=None, hopper=None,
@@ -732,7 +722,11 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if cfg and not has_dot16 and {"dot16", "nib8", "swap", "ablate", "apre", "predeq"} & cfg.keys():
         raise ValueError(f"{op}: dot16 / nib8 / swap / ablate / apre / predeq are not knobs of this kernel")
     interp = triton_interpreted()
-    band, cfg = picked(op, M, N, K, band, device, cfg, constexprs.get("INT8", False), constexprs.get("BITS", 4))
+    band = resolve_band(band, M, op)
+    if cfg is None and not interp and torch.device(device).type == "cuda":  # the GPU's committed A/B winner
+        act = "int8" if constexprs.get("INT8") else "e4m3"
+        name = tuned.pick(torch.cuda.get_device_name(device), op, band, M, N, K, act, constexprs.get("BITS", 4))
+        cfg = None if name is None else (DECODE if band == "decode" else PREFILL)[name]
     if gemv is None and cfg and cfg.get("gemv"):
         raise ValueError(f"{op}: has no gemv kernel (a W4A8 GEMM knob)")
     if mma2 is None and cfg and cfg.get("mma2"):
@@ -837,42 +831,12 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
     return launch(
         _w4a8_kernel, M, N, K, bounds, band, out, A.device, "w4a8_gemm",
         (A, AS, RS.contiguous(), w.wq, wh, w.sz), cfg,
-        gemv=_w4a8_gemv_kernel, mma2=_mma2_kernel, decode=_decode_default(M),
+        gemv=_w4a8_gemv_kernel, mma2=_mma2_kernel, decode=GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT,
         prefill=prefill,
         unpacked=lambda: unpack_w8(w, int8), blockwise=library, hopper=hopper,
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
-
-
-def _decode_default(M: int) -> str:
-    return GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT
-
-
-#: Groups of every split of a decode GEMM its producer asks L2 for (:func:`l2_prefetch_plan`). H200 calls 88-89
-#: (``tools/device/probe_l2.py``, M = 8, per linear): one group gained 0.5-1.1 us on the standalone rotate+quant
-#: chains, more groups lost (the whole of o_proj's 16 MB: +1 us; of gate_up's first 24 MB: +2 us).
-L2_PREFETCH_GROUPS = 1
-
-
-def l2_prefetch_plan(w: W4Prepared, M: int, int8: bool, groups: int = L2_PREFETCH_GROUPS):
-    """The L2 prefetch plan (:mod:`radiance_kernels.tl.l2`) a launch before the W4A8 GEMM of ``w`` at ``M`` rows
-    (``int8``: int8 activations) can issue: the first ``groups`` groups of every split of the decode config that
-    GEMM will run (the tuned pick, as :func:`gemm`) — each split's programs read their groups in order — in each of
-    the weight tensors (words, scale / zero words, int5's fifth-bit bytes). Prefill (``M`` past the decode band) or
-    ``groups`` 0: no plan (None)."""
-    K, N = w.wq.shape[0] * 8, w.wq.shape[1]
-    band, over = picked("w4a8_gemm", M, N, K, "auto", w.wq.device, None, int8, w.bits)
-    if band != "decode" or groups <= 0:
-        return None
-    cfg = config(M, N, K, band, triton_interpreted(), over, _decode_default(M))
-    per, splits = cfg["per"], cfg["splits"]
-    tensors = [(w.wq, 64 * N), (w.sz, 4 * N)] + ([(w.wh, 16 * N)] if w.bits == 5 else [])  # bytes per group
-    for t, _ in tensors:
-        if t.data_ptr() % 16 or not t.is_contiguous():
-            raise ValueError("l2_prefetch_plan: the weight tensors must be contiguous and 16-byte aligned")
-    ahead = min(per, groups)
-    return tuple((t.view(torch.uint8), per * b, ahead * b, t.numel() * t.element_size()) for t, b in tensors), splits
 
 
 def prefill_default(device, bits: int, int8: bool, K: int) -> str:
