@@ -222,10 +222,11 @@ def test_mma2_configs(name, elem, grouped, M):
 @pytest.mark.parametrize("name", ["mma2n64t2s", "mma8n64t2s", "mma2t2s", "mma8t2s", "mma2n64t2so12",
                                   "mma8n64t2so12"])
 @pytest.mark.parametrize("elem,grouped,M",
-                         [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 3)])
+                         [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 3),
+                          ("e4m3", True, 16), ("int8", False, 13), ("int8", True, 9)])
 def test_mma2_swap_configs(name, elem, grouped, M):
-    """Swap-AB (weights on the MMA's rows, tokens on its 8 columns; M <= 8, from the ring) == reference at 3 splits,
-    P = 2, ragged N; above 8 tokens it refuses."""
+    """Swap-AB (weights on the MMA's rows, tokens on its 8 columns, from the ring; M = 9-16 in two token tiles) ==
+    reference at 3 splits, P = 2, ragged N; above 16 tokens it refuses (the mma2 kernel's limit)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, K, N, bounds = 2, 640, 400, [0, 128, 400]
@@ -237,8 +238,8 @@ def test_mma2_swap_configs(name, elem, grouped, M):
     r, mx = gemm_error(out[:M], ref)
     assert r <= REL and mx <= 4 * REL, (r, mx)
     assert torch.all(out[M:] == 5.0)
-    with pytest.raises(ValueError, match="swap needs a ring and M <= 8"):
-        impl.config(9, N, K, "decode", False, impl.DECODE[name])
+    with pytest.raises(ValueError, match="mma2 is a decode kernel for M <= 16"):
+        impl.config(17, N, K, "decode", False, impl.DECODE[name])
 
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
@@ -249,7 +250,7 @@ def test_mma2_swap_configs(name, elem, grouped, M):
                           ("int8", False, 3)])
 def test_mma2_int5(name, elem, grouped, M):
     """int5 weights on the ring configs (the fifth-bit bytes by TMA beside the nibbles; fp16 operands, or int8 x int8
-    for int8 activations) == reference at 3 splits, P = 2, ragged N; swap-AB refuses above 8 tokens, the 8-bit
+    for int8 activations; swap-AB at M = 16 in two token tiles) == reference at 3 splits, P = 2, ragged N; the 8-bit
     operands refuse int5 with e4m3 activations, the register-fed configs refuse int5."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
@@ -261,10 +262,6 @@ def test_mma2_int5(name, elem, grouped, M):
     cfg = {**impl.DECODE[name], "splits": 3}
     if cfg["k8"] and elem == "e4m3":
         with pytest.raises(ValueError, match="int5 weights run on the mma2 ring configs"):
-            impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg=cfg)
-        return
-    if cfg["swap"] and M > 8:
-        with pytest.raises(ValueError, match="swap needs a ring and M <= 8"):
             impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg=cfg)
         return
     impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg=cfg)

@@ -36,12 +36,15 @@ the stage just read (Gluon adds one around each TMA issue). H200 calls 58-62: th
 streams gate_up's codes and scales at 0.88-0.90 of the read ceiling at depths 2-6; the whole kernel is fastest at
 depth 2 (deeper rings lost everywhere, 8 most), 1.02-1.39x the register-fed loads on the large shapes.
 
-``SWAP`` (with ``STAGES``, M <= 8, ``BM`` 8): swap-AB — the weights on the MMA's 16 rows (the A operand, read from
-the stage transposed), up to 8 tokens on its 8 columns (B): the tile is ``[BN, 8]``, so at M <= 8 the MMAs and the
+``SWAP`` (with ``STAGES``, ``BM`` 8): swap-AB — the weights on the MMA's 16 rows (the A operand, read from the
+stage transposed), up to 8 tokens on its 8 columns (B): the tile is ``[BN, 8]``, so at M <= 8 the MMAs and the
 fold cover no empty token rows (ptxas sm_90: 205 against 294 loop instructions per group and warp for int8, 338
-against 440 for e4m3). The same K order (the unpack and activation pickers are elementwise), only the operands'
-roles and the frame's axes change. H200 call 67: 1.08-1.32x the unswapped ring at M = 4, 8 on every shape (gate_up
-M = 8: 32.2 / 30.2 us e4m3 / int8 against 42.6 / 38.4).
+against 440 for e4m3); M = 9-16 runs two token tiles per column tile, adjacent programs (the second's weight tiles
+come from L2 while the first's are in flight). The same K order (the unpack and activation pickers are
+elementwise), only the operands' roles and the frame's axes change. H200 call 67: 1.08-1.32x the unswapped ring at
+M = 4, 8 on every shape (gate_up M = 8: 32.2 / 30.2 us e4m3 / int8 against 42.6 / 38.4); at M = 9-16 (call 77) it
+loses most shapes to the unswapped ring (0.73-0.99x) but wins int8 o_proj / out_proj (13.3 against 14.3 us at M =
+16), which the tuned table gives it.
 
 int5 (``BITS`` 5; ring configs only): the fifth-bit bytes ``wh [K/8, N]`` (bit j of a byte = the fifth bit of
 nibble j of the word at the same index) come by TMA as a ``[16, BN]`` tile of each stage and are read in the words'
@@ -61,8 +64,9 @@ prologue — cost 1-16 us per linear (gate_up 41.9 -> 57.6 us), whether the wait
 tiles.
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
-math and weight layout. Tile: 16 tokens x ``BN`` columns, warps side by side along N; splits and the split-order
-reduction as the Triton decode band. Not runnable under the interpreter: tested on GPUs against the reference.
+math and weight layout. Tile: 16 tokens (swap-AB: tiles of 8) x ``BN`` columns, warps side by side along N; splits
+and the split-order reduction as the Triton decode band. Not runnable under the interpreter: tested on GPUs against
+the reference.
 """
 
 from __future__ import annotations
@@ -188,13 +192,13 @@ def _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, valid, G
 
 
 @gluon.jit
-def _rows_to_shared(x_ptr, part, M, G, g_lo, g_hi, BM: gl.constexpr, GPS: gl.constexpr, NW: gl.constexpr):
-    """The split's per-group row inputs ``x[part, rows, g_lo:g_hi]`` (``[P, M, G]`` fp32, rows clamped) as a
+def _rows_to_shared(x_ptr, part, m0, M, G, g_lo, g_hi, BM: gl.constexpr, GPS: gl.constexpr, NW: gl.constexpr):
+    """The split's per-group row inputs ``x[part, m0:m0 + BM, g_lo:g_hi]`` (``[P, M, G]`` fp32, rows clamped) as a
     ``[GPS, BM]`` shared tile, loaded once: the loop then issues no global load (a TMA refill's proxy fence would
     wait for it)."""
     L: gl.constexpr = gl.BlockedLayout([1, 1], [32 // BM, BM], [NW, 1], [1, 0])
     gi = g_lo + gl.arange(0, GPS, layout=gl.SliceLayout(1, L))
-    mi = gl.minimum(gl.arange(0, BM, layout=gl.SliceLayout(0, L)), M - 1)
+    mi = gl.minimum(m0 + gl.arange(0, BM, layout=gl.SliceLayout(0, L)), M - 1)
     x = gl.load(x_ptr + (part * M + mi)[None, :] * G + gi[:, None], mask=(gi < g_hi)[:, None], other=0.0)
     x_s = gl.allocate_shared_memory(gl.float32, [GPS, BM], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]), x)
     return x_s._reinterpret(gl.float32, [GPS, BM], gl.SwizzledSharedLayout(1, 1, 1, [0]))  # indexable by group
@@ -273,7 +277,7 @@ def _w4a8_mma2_kernel(
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
     SLOTS: gl.constexpr = 8 * KW  # the MMA's k
-    # SWAP (M <= 8, a ring): the tile is [BN, 8 tokens] — the weights on the MMA's 16 rows, warps down them
+    # SWAP (a ring): the tile is [BN, 8 tokens] — the weights on the MMA's 16 rows, warps down them
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1] if SWAP else [1, NW],
                                                   instr_shape=[16, 8])
     LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=KW)
@@ -283,7 +287,9 @@ def _w4a8_mma2_kernel(
     gl.static_assert((BITS == 4 or BITS == 5 and STAGES > 0 and (INT8 or not K8)) and BK == 128 and
                      (8 if SWAP else 16) == BM, "int5: from the ring, fp16 operands or int8 x int8")
     gl.static_assert(STAGES > 0 or not SWAP, "swap-AB reads its operands from the ring")
-    n0 = gl.program_id(0) * BN
+    MT = (M + BM - 1) // BM  # token tiles: one, or (swap-AB, M = 9-16) two, adjacent programs of the same columns
+    m0 = gl.program_id(0) % MT * BM
+    n0 = gl.program_id(0) // MT * BN
     part = (n0 >= b1).to(gl.int32) + (n0 >= b2).to(gl.int32)
     G = K // BK
     g_lo = gl.program_id(1) * groups_per_split
@@ -301,9 +307,9 @@ def _w4a8_mma2_kernel(
         for i in gl.static_range(STAGES):
             mbarrier.init(ring[3].index(i), count=1)
         for i in gl.static_range(STAGES):
-            _tiles_to_shared(descs, ring, i, g_lo + i, part * M, n0, N, g_lo + i < g_hi, BITS)
-        rs_s = _rows_to_shared(rs_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW)
-        as_s = _rows_to_shared(as_ptr, part, M, G, g_lo, g_hi, BM, GPS, NW) if GROUP_AS else rs_s
+            _tiles_to_shared(descs, ring, i, g_lo + i, part * M + m0, n0, N, g_lo + i < g_hi, BITS)
+        rs_s = _rows_to_shared(rs_ptr, part, m0, M, G, g_lo, g_hi, BM, GPS, NW)
+        as_s = _rows_to_shared(as_ptr, part, m0, M, G, g_lo, g_hi, BM, GPS, NW) if GROUP_AS else rs_s
         _barrier()
     else:  # B fragments: words [SLOTS, BN]; slot s of a half-group: word row (s % 4KW) // KW + 4 (s // 4KW)
         sb = gl.arange(0, SLOTS, layout=gl.SliceLayout(1, LB))
@@ -314,10 +320,10 @@ def _w4a8_mma2_kernel(
         ma = gl.arange(0, BM, layout=gl.SliceLayout(1, LA))
         sa = gl.arange(0, SLOTS, layout=gl.SliceLayout(0, LA))
         a64 = a_ptr.to(gl.pointer_type(gl.int64)) + part.to(gl.int64) * M * (K // 8)
-        a_ptrs = a64 + (gl.minimum(ma, M - 1).to(gl.int64) * (K // 8))[:, None] + \
+        a_ptrs = a64 + (gl.minimum(m0 + ma, M - 1).to(gl.int64) * (K // 8))[:, None] + \
             ((sa % (4 * KW)) // KW + 4 * (sa // (4 * KW)))[None, :]
     # accumulator frame
-    mo = gl.arange(0, BM, layout=TOK)
+    mo = m0 + gl.arange(0, BM, layout=TOK)
     no = n0 + gl.arange(0, BN, layout=COL)
     mask_m = mo < M
     mask_n = no < N
@@ -356,7 +362,7 @@ def _w4a8_mma2_kernel(
                     h0 = _staged(ring[4].index(st), 0, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP).to(gl.int32)
                     h1 = _staged(ring[4].index(st), 1, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP).to(gl.int32)
             _barrier()  # every warp holds stage st's words: TMA refills it with group g + STAGES
-            _tiles_to_shared(descs, ring, st, g + STAGES, part * M, n0, N, g + STAGES < g_hi, BITS)
+            _tiles_to_shared(descs, ring, st, g + STAGES, part * M + m0, n0, N, g + STAGES < g_hi, BITS)
         else:
             if PF == 0:
                 f = _fragments(w_ptrs, a_ptrs, sz_ptrs, mask_n, rs_rows, as_rows, N, g, g < g_hi, GROUP_AS)

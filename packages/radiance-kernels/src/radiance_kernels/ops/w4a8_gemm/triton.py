@@ -442,7 +442,7 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: best register-fed config): e4m3 gate_up 42.7 / 49.8, down 24.5 / 32.6, qkv 20.4 / 23.0; int8 gate_up 38.4 / 43.4,
 #: down 21.7 / 22.6, o_proj 12.1 / 12.0. Measured and removed: 6- and 8-stage rings (slower everywhere, calls 58, 61),
 #: the row inputs two groups ahead beside a weight-only ring (call 56), a cp.async ring of the weight words (each
-#: thread copying its own: slower on every row, call 60). "*s" (``swap``, with a ring, M <= 8): swap-AB, the weights on
+#: thread copying its own: slower on every row, call 60). "*s" (``swap``, with a ring, M <= 16): swap-AB, the weights on
 #: the MMA's rows (:mod:`.mma2` SWAP). H200 call 67 (M = 8, us, best swap / best non-swap ring config): e4m3 gate_up
 #: 32.2 / 42.6, qkv 16.2 / 20.3, down 20.1 / 24.9; int8 gate_up 30.2 / 38.4, qkv 15.6 / 17.6, o_proj 11.2 / 12.1; it
 #: also beats the gemv configs at M = 1, 2 on all but int8 gate_up at M = 1 (gemv_o16 27.4 / 28.6). 4-stage swap
@@ -632,10 +632,10 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
                 cfg["ablate"] not in ("none", "nodot", "nofold", "ring" if cfg["ring"] else "none"):
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / apre / gemv / ablate but nodot, nofold, "
                              "ring (ring configs)")
-        if cfg["swap"]:  # swap-AB: weights on the MMA's rows, up to 8 tokens on its columns
-            if not cfg["ring"] or M > 8 or cfg["ablate"] == "nodot":
-                raise ValueError(f"w4a8_gemm config: mma2 swap needs a ring and M <= 8 (no nodot ablation), got "
-                                 f"ring={cfg['ring']}, M={M}")
+        if cfg["swap"]:  # swap-AB: weights on the MMA's rows, tiles of up to 8 tokens on its columns
+            if not cfg["ring"] or cfg["ablate"] == "nodot":
+                raise ValueError(f"w4a8_gemm config: mma2 swap needs a ring (no nodot ablation), got "
+                                 f"ring={cfg['ring']}, ablate={cfg['ablate']!r}")
             cfg["BM"] = 8
     elif cfg["k8"] or cfg["ring"]:
         raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA operand stages) are knobs of the "
