@@ -769,7 +769,7 @@ def test_mma2_full_shapes(proj):
     prefetching 2-warp config, M = 16 int8 per-token on the 4-warp one, M = 3 e4m3 per-token on the plain one) and
     8-bit operands (mma8*: int8 M = 8 per-group and M = 16 per-token, e4m3 M = 4 per-group), and the TMA ring (int8
     M = 8 on mma8n64t, e4m3 M = 5 on mma2t); int5 weights on the ring (swap-AB at M = 8 and 1, 16-token tiles; int8
-    activations on 8-bit operands too)."""
+    activations on 8-bit operands too); swap-AB's two token tiles at M = 12-16 (int4 and int5)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     ws = {b: prepare_codes(*weights(proj.K, proj.N, b, seed=proj.K, device="cuda"), b) for b in (4, 5)}
@@ -779,7 +779,9 @@ def test_mma2_full_shapes(proj):
             (8, "int8", True, "mma8n64t", 4), (5, "e4m3", True, "mma2t", 4), (16, "int8", False, "mma8n64t2o12", 4),
             (3, "e4m3", True, "mma2t2", 4), (8, "int8", True, "mma8n64t2s", 4), (4, "e4m3", False, "mma2n64t2s", 4),
             (8, "e4m3", True, "mma2t2s", 5), (1, "int8", True, "mma2n64t2s", 5), (16, "e4m3", False, "mma2t2", 5),
-            (8, "int8", True, "mma8n64t2s", 5), (16, "int8", False, "mma8n64t2o12", 5)):
+            (8, "int8", True, "mma8n64t2s", 5), (16, "int8", False, "mma8n64t2o12", 5),
+            (16, "int8", True, "mma8n64t2so12", 4), (12, "e4m3", True, "mma2n64t2so12", 4),
+            (13, "int8", True, "mma8n64t2so12", 5)):
         w = ws[bits]
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
