@@ -247,7 +247,7 @@ def test_mma2_swap_configs(name, elem, grouped, M):
                                   "mma8t2s", "mma8n64t2so12", "mma8n64t2"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 16),
-                          ("int8", False, 3)])
+                          ("int8", False, 3), ("e4m3", True, 12)])
 def test_mma2_int5(name, elem, grouped, M):
     """int5 weights on the ring configs (the fifth-bit bytes by TMA beside the nibbles; fp16 operands, or int8 x int8
     for int8 activations; swap-AB at M = 16 in two token tiles) == reference at 3 splits, P = 2, ragged N; the 8-bit
@@ -789,6 +789,24 @@ def test_mma2_full_shapes(proj):
         impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", out=out, cfg=impl.DECODE[name])
         r, mx = gemm_error(out[:M], ref)
         assert r <= REL and mx <= 4 * REL, (M, elem, name, bits, r, mx)
+        assert torch.all(out[M:] == 5.0)
+
+
+@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
+@pytest.mark.parametrize("bits", [4, 5])
+def test_served_decode_m9_16_full_shape(bits):
+    """The served path (the tuned pick) on the o_proj / out_proj shape at M = 9-16, where the table picks swap-AB's
+    two token tiles for some formats: == reference for both activation elements and scale granularities."""
+    proj = next(p for p in shapes.projections(1) if p.name == "attn.o_proj")
+    w = prepare_codes(*weights(proj.K, proj.N, bits, seed=7, device="cuda"), bits)
+    for M, elem, grouped in ((9, "e4m3", True), (12, "int8", True), (16, "e4m3", True), (16, "int8", False),
+                             (13, "e4m3", False)):
+        A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
+        ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
+        out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")
+        call(A, AS, RS, w, list(proj.bounds), False, "auto", "triton", out=out)
+        r, mx = gemm_error(out[:M], ref)
+        assert r <= REL and mx <= 4 * REL, (M, elem, grouped, bits, r, mx)
         assert torch.all(out[M:] == 5.0)
 
 
