@@ -643,6 +643,20 @@ def test_config_knobs_raise():
     assert not impl.config(256, 512, 384, "prefill", False, impl.PREFILL["k64"])["predeq"]  # not the default's
 
 
+def test_mma2_swap_config_tiles():
+    """swap-AB configs run tiles of 8 tokens — M = 9-16 in two per column tile, their splits balanced over both —;
+    above 16 tokens the mma2 kernel's limit refuses, and swap without a ring refuses."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    one, two = (impl.config(M, 5120, 6144, "decode", False, impl.DECODE["mma2n64t2so12"]) for M in (8, 12))
+    assert one["BM"] == two["BM"] == 8 and one["swap"] and two["swap"]
+    assert two["splits"] < one["splits"]  # twice the tiles, about half the splits for the same programs per SM
+    with pytest.raises(ValueError, match="mma2 is a decode kernel for M <= 16"):
+        impl.config(17, 5120, 6144, "decode", False, impl.DECODE["mma2n64t2so12"])
+    with pytest.raises(ValueError, match="mma2 swap needs a ring"):
+        impl.config(12, 5120, 6144, "decode", False, {**impl.DECODE["mma2n64t2so12"], "ring": 0})
+
+
 def test_mxfp4_has_no_gemv(device):
     """The gemv knob is the W4A8 op's: the MXFP4 GEMM names it instead of ignoring it."""
     from radiance_kernels.ops.mxfp4_gemm import prepare
