@@ -42,9 +42,9 @@ fold cover no empty token rows (ptxas sm_90: 205 against 294 loop instructions p
 against 440 for e4m3); M = 9-16 runs two token tiles per column tile, adjacent programs (the second's weight tiles
 come from L2 while the first's are in flight). The same K order (the unpack and activation pickers are
 elementwise), only the operands' roles and the frame's axes change. H200 call 67: 1.08-1.32x the unswapped ring at
-M = 4, 8 on every shape (gate_up M = 8: 32.2 / 30.2 us e4m3 / int8 against 42.6 / 38.4); at M = 9-16 (call 77) it
-loses most shapes to the unswapped ring (0.73-0.99x) but wins int8 o_proj / out_proj (13.3 against 14.3 us at M =
-16), which the tuned table gives it.
+M = 4, 8 on every shape (gate_up M = 8: 32.2 / 30.2 us e4m3 / int8 against 42.6 / 38.4); at M = 9-16 (calls 95,
+97) it wins only the o_proj / out_proj shape (e4m3 1.00-1.03x, int8 at M = 12-16 1.02-1.10x the unswapped ring:
+13.1 against 14.2 us at M = 16; int5 e4m3 too) and loses 0.73-0.89x elsewhere: the tuned table picks it there.
 
 int5 (``BITS`` 5; ring configs only): the fifth-bit bytes ``wh [K/8, N]`` (bit j of a byte = the fifth bit of
 nibble j of the word at the same index) come by TMA as a ``[16, BN]`` tile of each stage and are read in the words'
