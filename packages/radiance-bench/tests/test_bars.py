@@ -61,6 +61,21 @@ def test_rows_and_shortfalls():
     assert not any("no-PDL" in item for item in out)
 
 
+def test_stack_pairs_each_width_with_its_own_bf16_pass():
+    """``--bits 4 5`` records a bf16 stack per weight width, after that width's rows: each served stack is compared
+    with its own pass's, and no bf16 stack counts as a stack bar of ours."""
+    rows = [{"section": "stack", "kernel": "64-layer served int4", "M": 8, "vs_limit": 2.3, "best_us": 7.0},
+            {"section": "stack", "kernel": "64-layer cuBLAS bf16 + plain producers", "M": 8, "vs_limit": 1.2,
+             "best_us": 14.0},
+            {"section": "stack", "kernel": "64-layer served int5", "M": 8, "vs_limit": 2.2, "best_us": 8.0},
+            {"section": "stack", "kernel": "64-layer cuBLAS bf16 + plain producers", "M": 8, "vs_limit": 1.2,
+             "best_us": 12.0}]
+    out = bars.check(run(rows), "x.json")
+    assert [r["item"] for r in out if r["bar"] == "stack"] == ["64-layer served int4 M=8, × weight-stream limit",
+                                                               "64-layer served int5 M=8, × weight-stream limit"]
+    assert [r["measured"] for r in out if r["bar"] == "peer"] == [2.0, 1.5]
+
+
 def test_cli_writes_summary(tmp_path):
     src = tmp_path / "kb.json"
     src.write_text(json.dumps(run([{"section": "stack", "kernel": "s", "M": 8, "vs_limit": 1.2}])))

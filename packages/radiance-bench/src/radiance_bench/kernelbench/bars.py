@@ -94,16 +94,18 @@ def check(run: dict, source: str) -> list[dict]:
     for (mode, P), r in sorted(best.items()):
         rows.append(_row("producer", f"rotate_quant {mode} P={P} M=8192 ({r['kernel']}), fraction of copy",
                          PRODUCER, r["frac_copy"], source))
-    peer_stack = next((r for r in sec["stack"] if r.get("kernel", "").startswith(BF16_STACK) and "error" not in r),
-                      None)
-    for r in sec["stack"]:
-        if "error" in r or r is peer_stack or r.get("ablation"):
+    stack = [r for r in sec["stack"] if "error" not in r]
+    bf16 = [i for i, r in enumerate(stack) if r.get("kernel", "").startswith(BF16_STACK)]
+    for i, r in enumerate(stack):
+        if i in bf16 or r.get("ablation"):
             continue
         rows.append(_row("stack", f"{r['kernel']} M={r['M']}, × weight-stream limit", STACK, r["vs_limit"], source,
                          at_most=True))
-        if peer_stack and r["kernel"].startswith("64-layer served"):
-            rows.append(_row("peer", f"{r['kernel']} M={r['M']} vs {peer_stack['kernel']}", 1.0,
-                             peer_stack["best_us"] / r["best_us"], source))
+        # its peer: the bf16 stack of its own pass (one per weight width, recorded after the pass's own rows)
+        peer = next((stack[j] for j in bf16 if j > i), stack[bf16[-1]] if bf16 else None)
+        if peer and r["kernel"].startswith("64-layer served"):
+            rows.append(_row("peer", f"{r['kernel']} M={r['M']} vs {peer['kernel']}", 1.0,
+                             peer["best_us"] / r["best_us"], source))
     for r in sec["skinny"]:
         ref = _by(sec["skinny"], "kernel", "M").get(("cuBLAS bf16", r.get("M")))
         if r.get("kernel") == "skinny_gemm" and ref:
