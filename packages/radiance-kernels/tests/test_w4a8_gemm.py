@@ -462,6 +462,10 @@ def test_mma2_ring_knobs_are_checked():
                        ({"ring": 0, "ablate": "ring"}, "ablate")):
         with pytest.raises(ValueError, match=match):
             impl.config(8, 512, 1024, "decode", False, {**ring, **bad})
+    assert impl.config(8, 512, 1024, "decode", False, {**ring, "ablate": "noreduce"})["ablate"] == "noreduce"
+    for name in ("nib8x", "swap"):  # the split-reduction ablation is the mma2 kernel's: elsewhere it is named
+        with pytest.raises(ValueError, match="'noreduce' is an mma2 one"):
+            impl.config(8, 512, 1024, "decode", False, {**impl.DECODE[name], "ablate": "noreduce"})
 
 
 def test_split_reduction_width_auto():

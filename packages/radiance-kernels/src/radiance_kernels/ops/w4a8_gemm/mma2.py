@@ -419,7 +419,9 @@ def _w4a8_mma2_kernel(
         S = gl.num_programs(1)
         gl.store(part_ptrs + gl.program_id(1).to(gl.int64) * M * N, acc, mask=mask)
         _barrier()  # every thread's partial is written before the release below
-        if gl.atomic_add(cnt_ptr + gl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
+        if ABLATE == 5:  # bench only (out not written): the partials stored, no arrival count, no reduction
+            pass
+        elif gl.atomic_add(cnt_ptr + gl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
             total = gl.zeros(FRAME, gl.float32, MMA)
             for i0 in range(0, S, RW):  # RW partials per L2 round trip, added in split order
                 for r in gl.static_range(RW):

@@ -452,8 +452,9 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; M <= 16): nib8 loops: "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight stream); mma2:
-#: "nodot" the fragments' words consumed with no operands, MMAs or fold, "nofold" no scale fold, "ring" (ring configs)
-#: the TMA ring alone, no fragment read (:data:`ABLATIONS`).
+#: "nodot" the fragments' words consumed with no operands, MMAs or fold, "nofold" no scale fold, "noreduce" the split
+#: partials stored with no arrival count or split-order sum (the output not written), "ring" (ring configs) the TMA
+#: ring alone, no fragment read (:data:`ABLATIONS`).
 def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
@@ -519,7 +520,7 @@ DECODE = {
 GEMV_MAX_M = 2
 GEMV_BM_MAX = 16  # the kernel's token tile limit (registers)
 GEMV_DEFAULT = "gemv_o8"
-ABLATIONS = {"none": 0, "nodot": 1, "noload": 2, "nofold": 3, "ring": 4}
+ABLATIONS = {"none": 0, "nodot": 1, "noload": 2, "nofold": 3, "ring": 4, "noreduce": 5}
 #: H200 call 6 (Triton 3.6, int4, e4m3 per-group, M=8, us; nib8x / nib8xpr): qkv 42.4 / 28.5, o_proj
 #: 27.0 / 21.0, gate_up 86.8 / 65.5, down 54.8 / 36.9 — best or within 9 % of the best config on every
 #: shape (nib8p wins o_proj / down / out_proj by 1.6-1.8 us; the tuned table picks it there).
@@ -629,9 +630,9 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         if band != "decode" or M > 16:
             raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
         if cfg["dot16"] or cfg["nib8"] or cfg["apre"] or cfg["gemv"] or \
-                cfg["ablate"] not in ("none", "nodot", "nofold", "ring" if cfg["ring"] else "none"):
+                cfg["ablate"] not in ("none", "nodot", "nofold", "noreduce", "ring" if cfg["ring"] else "none"):
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / apre / gemv / ablate but nodot, nofold, "
-                             "ring (ring configs)")
+                             "noreduce, ring (ring configs)")
         if cfg["swap"]:  # swap-AB: weights on the MMA's rows, tiles of up to 8 tokens on its columns
             if not cfg["ring"] or cfg["ablate"] == "nodot":
                 raise ValueError(f"w4a8_gemm config: mma2 swap needs a ring (no nodot ablation), got "
@@ -640,6 +641,9 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     elif cfg["k8"] or cfg["ring"]:
         raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA operand stages) are knobs of the "
                          "mma2 kernel")
+    elif cfg["ablate"] in ABLATIONS.keys() - {"none", "nodot", "noload"}:
+        raise ValueError(f"w4a8_gemm config: the nib8 loops' ablations are nodot, noload; {cfg['ablate']!r} is an "
+                         "mma2 one")
     if cfg["ring"] not in (0, 2, 3, 4, 5, 6, 8) or (cfg["ring"] and cfg["pf"]):
         raise ValueError(f"w4a8_gemm config: ring (TMA stages of the group tiles: 0 = none, 2-8; pf 0 with a ring) "
                          f"got ring={cfg['ring']!r}, pf={cfg['pf']!r}")
