@@ -139,6 +139,51 @@ def test_add_rms_split_choice(device, monkeypatch):
         launch("silu_mul", a, b, None, store_hs=True, split=True)
 
 
+@pytest.mark.parametrize("name, S, M, split", [("add_rms_gemma", 3, 5, True), ("add_rms_gemma", 1, 9, False),
+                                                ("silu_mul", 2, 5, None), ("gated_rms_norm", 4, 3, None)])
+def test_split_partials_inputs_bytewise(device, name, S, M, split):
+    """x (and gate) as a split-K GEMM's fp32 partials [S, M, K] — gate_up's two halves as strided slices of one —
+    give the outputs of the same launch on their in-order sum rounded to bf16 (:func:`reference.activation`), byte
+    for byte, plain and fused; the reference ops read them the same way."""
+    K, P = 256, 2
+    _, b, w = inputs(name, M, K, torch.bfloat16, seed=S + M, device=device)
+    gen = torch.Generator().manual_seed(S)
+    parts = (torch.randn(S, M, 2 * K, generator=gen) * 3).to(device)  # gate_up's partials: [gate | up]
+    x = parts[:, :, K:]
+    gate = parts[:, :, :K] if name == "silu_mul" else b  # add_rms: b is the bf16 residual
+    x_act, gate_act = reference.activation(x), reference.activation(gate)
+    assert x_act.dtype == torch.bfloat16 and torch.equal(
+        x_act, sum((p for p in x), torch.zeros(M, K, device=device)).to(torch.bfloat16))
+    recs = random_rotations(P, K, seed=P, device=device)
+    for kw in (dict(store_hs=True), dict(rotation=recs, elem="e4m3", granularity="group", store_hs=True)):
+        if split is not None:
+            kw["split"] = split
+        got, want = launch(name, x, gate, w, **kw), launch(name, x_act, gate_act, w, **kw)
+        assert got.keys() == want.keys()
+        for key in got:
+            assert torch.equal(got[key].view(torch.uint8), want[key].view(torch.uint8)), key
+    if name.startswith("add_rms"):
+        ref_got = reference.add_rms_norm(x, gate, w, EPS, gemma=True)
+        ref_want = reference.add_rms_norm(x_act, gate_act, w, EPS, gemma=True)
+    else:
+        ref_got = (reference.gated(name, x, gate, w, EPS),)
+        ref_want = (reference.gated(name, x_act, gate_act, w, EPS),)
+    assert all(torch.equal(u, v) for u, v in zip(ref_got, ref_want, strict=True))
+
+
+def test_split_partials_checked(device):
+    """Partials are fp32 [S, M, K] standing for bf16 activations: another dtype, or a residual that is not bf16
+    [M, K], is named."""
+    parts = torch.randn(2, 4, 256, device=device)
+    res, w = torch.randn(4, 256, device=device).to(torch.bfloat16), torch.ones(256, device=device).bfloat16()
+    with pytest.raises(ValueError, match="split partials"):
+        torch.ops.radiance.add_rms_norm(parts.half(), res, w, EPS, False, "reference")
+    with pytest.raises(ValueError, match="residual must match torch.bfloat16"):
+        torch.ops.radiance.add_rms_norm(parts, res.float(), w, EPS, False, "triton")
+    hs, r = torch.ops.radiance.add_rms_norm(parts, res, w, EPS, False, "triton")
+    assert hs.shape == r.shape == (4, 256) and hs.dtype == torch.bfloat16
+
+
 def test_ops_dispatch_and_outputs(device):
     M, K, P = 4, 256, 2
     a, b, w = inputs("add_rms_gemma", M, K, torch.bfloat16, 7, device)

@@ -194,6 +194,36 @@ def test_split_reduction_width_is_bit_exact(name, device):
         impl.config(2, 256, 640, "decode", True, {"rw": 3})
 
 
+def split_sum(parts: torch.Tensor) -> torch.Tensor:
+    """The consumers' reading of split partials (:func:`radiance_kernels.ops.stream.reference.activation`)."""
+    from radiance_kernels.ops.stream.reference import activation
+
+    return activation(parts)
+
+
+@pytest.mark.parametrize("name,splits", [("nib8p", 5), ("gemv", 3), ("nib8xpr", 1)])
+def test_split_partials_out_bit_exact(name, splits, device):
+    """``defer``: the fp32 split partials [S, M, N] as stored, whose in-order sum rounded to bf16 is the
+    kernel-reduced output bit for bit (one split: the partial is the unrounded tile); the op returns them on both
+    backends (the reference: one partial), and refuses the prefill band."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    P, M, K, N, bounds = 2, 3, 640, 256, [0, 128, 256]
+    A, AS, RS, _ = acts(P, M, K, "e4m3", True, seed=6, device=device)
+    w = prepare_codes(*weights(K, N, 4, device=device), 4)
+    cfg = {**impl.DECODE[name], "splits": splits}
+    parts = impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg, defer=True)
+    assert parts.dtype == torch.float32 and parts.shape == (splits, M, N)
+    assert torch.equal(split_sum(parts), impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg))
+    ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
+    for backend in ("reference", "triton"):
+        got = torch.ops.radiance.w4a8_gemm_partials(A, AS, RS, w.wq, w.wh, w.sz, bounds, 4, False, backend)
+        r, mx = gemm_error(split_sum(got), ref)
+        assert r <= REL and mx <= 4 * REL, (backend, r, mx)
+    with pytest.raises(ValueError, match="decode-band form"):
+        impl.gemm(A, AS, RS, w, bounds, False, "prefill", defer=True)
+
+
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
 @pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8p", "mma8n64p", "mma8p:pf0", "mma8p:pf2",
                                   "mma2t", "mma8n64t", "mma8n64t2", "mma2n64t2o12"])
@@ -462,10 +492,9 @@ def test_mma2_ring_knobs_are_checked():
                        ({"ring": 0, "ablate": "ring"}, "ablate")):
         with pytest.raises(ValueError, match=match):
             impl.config(8, 512, 1024, "decode", False, {**ring, **bad})
-    assert impl.config(8, 512, 1024, "decode", False, {**ring, "ablate": "noreduce"})["ablate"] == "noreduce"
-    for name in ("nib8x", "swap"):  # the split-reduction ablation is the mma2 kernel's: elsewhere it is named
-        with pytest.raises(ValueError, match="'noreduce' is an mma2 one"):
-            impl.config(8, 512, 1024, "decode", False, {**impl.DECODE[name], "ablate": "noreduce"})
+    for name in ("nib8x", "swap"):  # the mma2 kernel's ablations are named on the nib8 loops
+        with pytest.raises(ValueError, match="'nofold' is an mma2 one"):
+            impl.config(8, 512, 1024, "decode", False, {**impl.DECODE[name], "ablate": "nofold"})
 
 
 def test_split_reduction_width_auto():
@@ -808,6 +837,22 @@ def test_mma2_full_shapes(proj):
         r, mx = gemm_error(out[:M], ref)
         assert r <= REL and mx <= 4 * REL, (M, elem, name, bits, r, mx)
         assert torch.all(out[M:] == 5.0)
+
+
+@pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
+@pytest.mark.parametrize("proj", shapes.projections(1), ids=lambda p: p.name)
+def test_split_partials_full_shapes(proj):
+    """The served decode configs (the tuned pick) with their partials deferred: summed in split order and rounded,
+    they are the kernel-reduced output bit for bit, for both activation elements, int4 and int5, M = 1, 8, 16."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    for bits in (4, 5):
+        w = prepare_codes(*weights(proj.K, proj.N, bits, seed=3, device="cuda"), bits)
+        for M, elem in ((1, "e4m3"), (8, "int8"), (8, "e4m3"), (16, "int8"), (16, "e4m3")):
+            A, AS, RS, _ = acts(proj.P, M, proj.K, elem, True, seed=M, device="cuda")
+            parts = impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", defer=True)
+            want = impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode")
+            assert torch.equal(split_sum(parts), want), (bits, M, elem, parts.shape[0])
 
 
 @pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")

@@ -38,7 +38,7 @@ def rotate_quant(
 def fake_outputs(x, pairs, elem, granularity):
     """Empty (A, AS, RS) of the right shapes/dtypes (the fake impls of every rotate+quant op)."""
     reference.check_quant(elem, granularity)
-    P, M, K = pairs.shape[0], x.shape[0], x.shape[1]
+    P, M, K = pairs.shape[0], x.shape[-2], x.shape[-1]  # x: [M, K], or [S, M, K] split partials
     a, s, r = reference.output_shapes(P, M, K, granularity)
     return (x.new_empty(a, dtype=reference.code_dtype(elem)), x.new_empty(s, dtype=torch.float32),
             x.new_empty(r, dtype=torch.float32))

@@ -11,7 +11,9 @@ plain producer → ``rotate_quant``).
   backend) -> (A, AS, RS)``
 
 Activations [M, K] bf16/fp16/fp32 (rows may be strided, channels contiguous), weights 1-D in the
-activation dtype; records and outputs as in :mod:`radiance_kernels.ops.rotate_quant`.
+activation dtype; records and outputs as in :mod:`radiance_kernels.ops.rotate_quant`. ``x`` and ``gate`` may each be
+a split-K GEMM's fp32 partials [S, M, K] (``radiance::w4a8_gemm_partials``): the kernels sum them as they load them
+(the GEMM's own reduction, bit for bit) and the activations are bf16 (:mod:`.reference`). Version 2: the partials.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from radiance_kernels.ops.rotate_quant import fake_outputs
 from radiance_kernels.ops.rotate_quant import reference as rq_ref
 from radiance_kernels.ops.stream import reference
 
-VERSION = 1
+VERSION = 2
 
 
 def _launch(producer, a, b, weight, eps, rotation=None, elem=None, granularity=None, store_hs=True):
@@ -78,9 +80,13 @@ def add_rms_norm(
     return implementation("add_rms_norm", backend, x.device)(x, residual, weight, eps, gemma)
 
 
+def _fake_act(x):
+    return x.new_empty(x.shape[-2:], dtype=reference.act_dtype(x))
+
+
 @add_rms_norm.register_fake
 def _(x, residual, weight, eps, gemma, backend):
-    return x.new_empty(x.shape), x.new_empty(x.shape)
+    return _fake_act(x), _fake_act(x)
 
 
 @torch.library.custom_op("radiance::add_rms_norm_rotate_quant", mutates_args=())
@@ -95,7 +101,7 @@ def add_rms_norm_rotate_quant(
 
 @add_rms_norm_rotate_quant.register_fake
 def _(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, backend):
-    return (x.new_empty(x.shape), x.new_empty(x.shape), *fake_outputs(x, pairs, elem, granularity))
+    return (_fake_act(x), _fake_act(x), *fake_outputs(x, pairs, elem, granularity))
 
 
 @torch.library.custom_op("radiance::gated", mutates_args=())
@@ -107,7 +113,7 @@ def gated(
 
 @gated.register_fake
 def _(kind, x, gate, weight, eps, backend):
-    return x.new_empty(x.shape)
+    return _fake_act(x)
 
 
 @torch.library.custom_op("radiance::gated_rotate_quant", mutates_args=())

@@ -24,6 +24,10 @@ Producers (x, residual, gate [M, K]; weights 1-D in the activation dtype):
 - ``gated_rms_norm`` (gate = z): per 128-channel head, inv = 1 / sqrt(tree(x²)/128 + eps);
   round(((x·inv)·w)·silu(z)) in fp32, rounded once (vLLM RMSNormGated, norm before gate); w is [128]
   (shared by the heads) or [K].
+
+Split partials: x and gate may each come as a split-K GEMM's fp32 partials ``[S, M, K]``
+(``radiance::w4a8_gemm_partials``, or a slice of them along K); the producer's input is then their sum in split
+order from zero, rounded to bf16 — the GEMM's own output, bit for bit — and bf16 is the activation dtype.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ EXP_POLY = (1.0, 1.0, 0.5, 0.1666666716337204, 0.0416666679084301, 0.00833333376
             0.0013888889225199819, 0.00019841270113829523)  # fp32(1/k!)
 
 ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+PARTIALS_DTYPE = torch.bfloat16  # the activation dtype of split partials (the W4A8 GEMM's output)
 GATED_KINDS = ("silu_mul", "sigmoid_gate", "gated_rms_norm")
 
 
@@ -89,12 +94,32 @@ def _rounded(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return v.to(dtype).to(torch.float32)
 
 
+def act_dtype(t: torch.Tensor) -> torch.dtype:
+    """The activation dtype of an input: its own, or bf16 for split partials ``[S, M, K]``."""
+    return PARTIALS_DTYPE if t.dim() == 3 else t.dtype
+
+
+def activation(t: torch.Tensor) -> torch.Tensor:
+    """An input as the activation it stands for: split partials summed in split order from zero, then bf16."""
+    if t.dim() == 2:
+        return t
+    acc = torch.zeros(t.shape[1:], dtype=torch.float32, device=t.device)
+    for p in t:
+        acc = acc + p
+    return acc.to(PARTIALS_DTYPE)
+
+
 def check_act(t: torch.Tensor, name: str, like: torch.Tensor | None = None) -> None:
-    if t.dtype not in ACT_DTYPES or t.dim() != 2 or t.shape[1] % GROUP or t.stride(1) != 1:
-        raise ValueError(f"{name} must be a [M, K] bf16/fp16/fp32 tensor with unit channel stride and K a "
-                         f"multiple of {GROUP}, got {t.dtype} {list(t.shape)} strides {t.stride()}")
-    if like is not None and (t.shape != like.shape or t.dtype != like.dtype):
-        raise ValueError(f"{name} must match {like.dtype} {list(like.shape)}, got {t.dtype} {list(t.shape)}")
+    """``t`` is [M, K] bf16/fp16/fp32, or fp32 split partials [S, M, K]; ``like``: the same activation shape and
+    dtype as it."""
+    partials = t.dim() == 3 and t.dtype == torch.float32 and t.shape[0] >= 1
+    if not (partials or t.dim() == 2 and t.dtype in ACT_DTYPES) or t.shape[-1] % GROUP or t.stride(-1) != 1:
+        raise ValueError(f"{name} must be a [M, K] bf16/fp16/fp32 tensor (or fp32 split partials [S, M, K]) with "
+                         f"unit channel stride and K a multiple of {GROUP}, got {t.dtype} {list(t.shape)} strides "
+                         f"{t.stride()}")
+    if like is not None and (t.shape[-2:] != like.shape[-2:] or act_dtype(t) != act_dtype(like)):
+        raise ValueError(f"{name} must match {act_dtype(like)} {list(like.shape[-2:])}, got {act_dtype(t)} "
+                         f"{list(t.shape[-2:])}")
 
 
 def check_weight(w: torch.Tensor, name: str, sizes: tuple[int, ...], dtype: torch.dtype) -> None:
@@ -106,7 +131,7 @@ def check_weight(w: torch.Tensor, name: str, sizes: tuple[int, ...], dtype: torc
 def check_add_rms_norm(x, residual, weight) -> None:
     check_act(x, "add_rms_norm: x")
     check_act(residual, "add_rms_norm: residual", like=x)
-    check_weight(weight, "add_rms_norm: weight", (x.shape[1],), x.dtype)
+    check_weight(weight, "add_rms_norm: weight", (x.shape[-1],), act_dtype(x))
 
 
 def check_gated(kind: str, x, gate, weight) -> None:
@@ -117,13 +142,14 @@ def check_gated(kind: str, x, gate, weight) -> None:
     if kind == "gated_rms_norm":
         if weight is None:
             raise ValueError("gated_rms_norm: weight is required")
-        check_weight(weight, "gated_rms_norm: weight", (GROUP, x.shape[1]), x.dtype)
+        check_weight(weight, "gated_rms_norm: weight", (GROUP, x.shape[-1]), act_dtype(x))
     elif weight is not None:
         raise ValueError(f"{kind}: takes no weight")
 
 
 def add_rms_norm(x, residual, weight, eps: float, gemma: bool) -> tuple[torch.Tensor, torch.Tensor]:
     check_add_rms_norm(x, residual, weight)
+    x = activation(x)
     M, K = x.shape
     dt = x.dtype
     res = (x.float() + residual.float()).to(dt)
@@ -141,6 +167,7 @@ def gated(kind: str, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor |
     """silu_mul (x = up, gate = gate half): round(round(silu(gate))·x); sigmoid_gate:
     round(x·round(sigmoid(gate))); gated_rms_norm (gate = z): per-head round(((x·inv)·w)·silu(gate))."""
     check_gated(kind, x, gate, weight)
+    x, gate = activation(x), activation(gate)
     dt = x.dtype
     xf, gf = x.float(), gate.float()
     if kind == "silu_mul":

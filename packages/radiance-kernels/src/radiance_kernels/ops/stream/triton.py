@@ -154,11 +154,26 @@ def _rms_inv(ss, n, eps):
 
 
 @triton.jit
-def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.constexpr, BM: tl.constexpr):
+def _load_act(ptr, offs, mask, DT: tl.constexpr, XS: tl.constexpr, stride_s):
+    """An input as fp32: DT values, or (``XS`` > 0) the DT rounding of ``XS`` fp32 split partials ``stride_s``
+    elements apart, summed in split order from zero — the split-K GEMM's own reduction and output rounding."""
+    if XS == 0:
+        v = load_f32(ptr, offs, mask, DT)
+    else:
+        v = tl.zeros(offs.shape, tl.float32)
+        for i in tl.static_range(XS):
+            v = v + tl.load(ptr + i * stride_s + offs, mask=mask, other=0.0)
+        v = round_to(v, DT)
+    return v
+
+
+@triton.jit
+def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.constexpr, BM: tl.constexpr,
+              XA: tl.constexpr, XB: tl.constexpr, sxa, sxb):
     """add+RMSNorm's group-g term of the row sum of squares, ``tree(s*s)`` with s = DT-rounded a + b: [BM]."""
     r64 = rows.to(tl.int64)[:, None]
-    xa = load_f32(a_ptr, r64 * stride_a + g * 128 + cols[None, :], rmask[:, None], DT)
-    xb = load_f32(b_ptr, r64 * stride_b + g * 128 + cols[None, :], rmask[:, None], DT)
+    xa = _load_act(a_ptr, r64 * stride_a + g * 128 + cols[None, :], rmask[:, None], DT, XA, sxa)
+    xb = _load_act(b_ptr, r64 * stride_b + g * 128 + cols[None, :], rmask[:, None], DT, XB, sxb)
     s = round_to(xa + xb, DT)
     return _tree(s * s, BM)
 
@@ -174,31 +189,32 @@ def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False):
 
 
 @triton.jit
-def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, part_ptr, M, G, DT: tl.constexpr, BM: tl.constexpr,
-                        WAIT: tl.constexpr, TRIGGER: tl.constexpr):
+def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, sxa, sxb, part_ptr, M, G, DT: tl.constexpr,
+                        BM: tl.constexpr, XA: tl.constexpr, XB: tl.constexpr, WAIT: tl.constexpr,
+                        TRIGGER: tl.constexpr):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
     per (BM-row block, group). TRIGGER: the main launch may start at once (it waits for this grid)."""
     _programmatic_start(WAIT, TRIGGER)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
     g = tl.program_id(1)
-    t = _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, tl.arange(0, 128), g, DT, BM)
+    t = _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, tl.arange(0, 128), g, DT, BM, XA, XB, sxa, sxb)
     tl.store(part_ptr + rows.to(tl.int64) * G + g, t, mask=rmask)
 
 
 @triton.jit
-def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
+def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr, store_mask,
              rows, rmask, cols, g, K, inv,
              PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, STORE: tl.constexpr,
-             BM: tl.constexpr):
+             BM: tl.constexpr, XA: tl.constexpr, XB: tl.constexpr):
     """The producer's output for group g of the tile's rows, as DT-rounded fp32 [BM, 128]."""
     r64 = rows.to(tl.int64)[:, None]
     m2 = rmask[:, None]
-    xa = load_f32(a_ptr, r64 * stride_a + g * 128 + cols[None, :], m2, DT)
+    xa = _load_act(a_ptr, r64 * stride_a + g * 128 + cols[None, :], m2, DT, XA, sxa)
     if PRODUCER == 0:
         v = xa
     else:
-        xb = load_f32(b_ptr, r64 * stride_b + g * 128 + cols[None, :], m2, DT)
+        xb = _load_act(b_ptr, r64 * stride_b + g * 128 + cols[None, :], m2, DT, XB, sxb)
         if PRODUCER == 1:
             s = round_to(xa + xb, DT)
             n = s * inv[:, None]
@@ -224,12 +240,13 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, re
 
 @triton.jit
 def _prologue_kernel(
-    a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
+    a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
     mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, part_ptr, amax_ptr, inv_qmax,
     M, K, G, GPP, row0, scr_rows,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
     SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, WAIT: tl.constexpr,
+    XA: tl.constexpr = 0, XB: tl.constexpr = 0,
 ):
     _programmatic_start(WAIT)
     p = tl.program_id(0)
@@ -252,7 +269,8 @@ def _prologue_kernel(
                                       other=0.0)
         else:
             for g in range(0, G):
-                ss = ss + _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT, BM)
+                ss = ss + _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT, BM, XA, XB, sxa,
+                                    sxb)
         inv = _rms_inv(ss, K.to(tl.float32), eps)
     if TOKEN and SCRATCH:
         # pass 1: produce, rotate, row amax, park the rotated tile; pass 2: encode the parked row
@@ -263,8 +281,8 @@ def _prologue_kernel(
         abase = (p * M + rows).to(tl.int64) * G
         if TSPLIT != 2:
             for g in range(g0, g1):
-                v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
-                             rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
+                v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
+                             store_mask, rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM, XA, XB)
                 v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
                 amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
                 tl.store(scr_ptr + sofs + g * 128, v, mask=rmask[:, None])
@@ -288,8 +306,9 @@ def _prologue_kernel(
         amax = tl.zeros((BM,), tl.float32)
         for it in range(0, 2 * G):
             g = it % G
-            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr,
-                         store_mask & (it >= G), rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
+            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
+                         store_mask & (it >= G), rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM,
+                         XA, XB)
             v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
             if it < G:
                 amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
@@ -299,8 +318,8 @@ def _prologue_kernel(
                 quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
     else:
         for g in range(g0, g1):
-            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, w_gstride, eps, hs_ptr, res_ptr, store_mask,
-                         rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM)
+            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
+                         store_mask, rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM, XA, XB)
             if QUANT:
                 v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
                 scale = tl.max(tl.abs(v), axis=1) * inv_qmax
@@ -339,14 +358,16 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     ``cfg`` names an entry of :data:`CONFIGS` (None: :func:`default_config`). ``split`` (add+RMSNorm, or per-token with
     a scratch config): fold the sum of squares / the row amax from per-group partials written in parallel instead of
     walking the row (None: split while the row-wide grid has fewer than :data:`SPLIT_PROGRAMS` programs); asked of any
-    other launch it raises."""
-    cfg = default_config(a.shape[0]) if cfg is None else cfg
+    other launch it raises. ``a`` / ``b`` may each be fp32 split partials ``[S, M, K]`` (:func:`ref.activation`): the
+    kernel sums them as it loads them, and the activation dtype is bf16."""
+    cfg = default_config(a.shape[-2]) if cfg is None else cfg
     if cfg not in CONFIGS:
         raise ValueError(f"prologue cfg {cfg!r} is not one of {sorted(CONFIGS)}")
     bm, num_warps, scratch = CONFIGS[cfg]["BM"], CONFIGS[cfg]["num_warps"], CONFIGS[cfg]["scratch"]
     if bm % num_warps or bm & (bm - 1):
         raise ValueError(f"prologue cfg {cfg!r}: BM={bm} must be a power of two and a multiple of num_warps")
-    M, K = a.shape
+    M, K = a.shape[-2:]
+    dt = ref.act_dtype(a)
     G = K // GROUP
     kind = PRODUCERS[producer]
     dev = a.device
@@ -369,9 +390,9 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         raise ValueError(f"prologue split={split!r} applies to add_rms producers and per-token scratch configs, "
                          f"not {producer!r} {granularity or 'plain'} with cfg {cfg!r}")
     if store_hs:
-        buf("hs", (M, K), a.dtype)
+        buf("hs", (M, K), dt)
         if kind == 1:
-            buf("residual", (M, K), a.dtype)
+            buf("residual", (M, K), dt)
     if quant:
         pairs, theta, channel_scales = rotation
         P, NL = pairs.shape[0], pairs.shape[1]
@@ -385,7 +406,9 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     else:
         P, NL, inv_qmax = 1, 0, 0.0
         mate = cos = sin = cs = torch.empty(1, dtype=torch.float32, device=dev)  # never read
-    dummy = torch.empty(1, dtype=torch.int16 if a.dtype == torch.bfloat16 else a.dtype, device=dev)  # never read
+    dummy = torch.empty(1, dtype=torch.int16 if dt == torch.bfloat16 else dt, device=dev)  # never read
+    xa, xb = (0 if t is None or t.dim() == 2 else t.shape[0] for t in (a, b))  # split partials
+    sxa, sxb = (t.stride(0) if n else 0 for t, n in ((a, xa), (b, xb)))
     if M == 0:
         return out
     pdl = programmatic_launch_on(dev)
@@ -398,7 +421,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     if fold:
         part = torch.empty((M, G), dtype=torch.float32, device=dev)
         _ss_partials_kernel[(triton.cdiv(M, bm), G)](
-            _bits(a), _bits(b), a.stride(0), b.stride(0), part, M, G, DT=_DT[a.dtype], BM=bm,
+            _bits(a), _bits(b), a.stride(-2), b.stride(-2), sxa, sxb, part, M, G, DT=_DT[dt], BM=bm, XA=xa, XB=xb,
             WAIT=pdl, TRIGGER=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
     chunk = M
     if scratch:  # equal chunks of whole row blocks, each within the cap
@@ -410,16 +433,16 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         grid = (P, triton.cdiv(min(chunk, M - row0), bm), triton.cdiv(G, GPP))
         _prologue_kernel[grid](
             _bits(a), _bits(b) if b is not None else dummy, _bits(weight) if weight is not None else dummy,
-            a.stride(0), b.stride(0) if b is not None else 0,
+            a.stride(-2), b.stride(-2) if b is not None else 0, sxa, sxb,
             0 if weight is not None and weight.numel() == GROUP else GROUP, float(eps),
             _bits(out["hs"]) if store_hs else dummy, _bits(out["residual"]) if "residual" in out else dummy,
             mate, cos, sin, cs,
             out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, part, amax,
             inv_qmax,
             M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
-            PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[a.dtype], QUANT=quant,
+            PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[dt], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, num_warps=num_warps, enable_fp_fusion=False,
-            launch_pdl=pdl,
+            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, XA=xa, XB=xb, num_warps=num_warps,
+            enable_fp_fusion=False, launch_pdl=pdl,
         )
     return out

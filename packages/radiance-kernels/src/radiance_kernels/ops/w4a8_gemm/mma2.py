@@ -416,20 +416,26 @@ def _w4a8_mma2_kernel(
         gl.store(out, acc.to(gl.bfloat16), mask=mask)
     else:
         part_ptrs = ws_ptr + _along(mo, SWAP, True) * N + _along(no, SWAP, False)
-        S = gl.num_programs(1)
         gl.store(part_ptrs + gl.program_id(1).to(gl.int64) * M * N, acc, mask=mask)
-        _barrier()  # every thread's partial is written before the release below
-        if ABLATE == 5:  # bench only (out not written): the partials stored, no arrival count, no reduction
-            pass
-        elif gl.atomic_add(cnt_ptr + gl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
-            total = gl.zeros(FRAME, gl.float32, MMA)
-            for i0 in range(0, S, RW):  # RW partials per L2 round trip, added in split order
-                for r in gl.static_range(RW):
-                    live = i0 + r < S
-                    p = gl.load(part_ptrs + (i0 + r) * M * N, mask=mask & live, other=0.0, cache_modifier=".cg")
-                    total = gl.where(live, total + p, total)
-            gl.store(out, total.to(gl.bfloat16), mask=mask)
-            gl.store(cnt_ptr + gl.program_id(0), 0)  # every arrival is in: the counter is free for the next launch
+        if SPLIT == 2:  # (1: the partials are the output, summed by the host or the consumer)
+            _reduce_partials(acc, part_ptrs, out, mask, cnt_ptr, M, N, RW)
+
+
+@gluon.jit
+def _reduce_partials(acc, part_ptrs, out, mask, cnt_ptr, M, N, RW: gl.constexpr):
+    """The tile's split arrival: the last program of the tile (``cnt``) sums its ``S`` partials in split order from
+    zero (RW per L2 round trip), stores bf16 and resets the counter."""
+    S = gl.num_programs(1)
+    _barrier()  # every thread's partial is written before the release below
+    if gl.atomic_add(cnt_ptr + gl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
+        total = gl.zeros_like(acc)
+        for i0 in range(0, S, RW):  # RW partials per L2 round trip, added in split order
+            for r in gl.static_range(RW):
+                live = i0 + r < S
+                p = gl.load(part_ptrs + (i0 + r) * M * N, mask=mask & live, other=0.0, cache_modifier=".cg")
+                total = gl.where(live, total + p, total)
+        gl.store(out, total.to(gl.bfloat16), mask=mask)
+        gl.store(cnt_ptr + gl.program_id(0), 0)  # every arrival is in: the counter is free for the next launch
 
 
 def ring_descriptors(a: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, BN: int, BM: int = 16,

@@ -143,6 +143,22 @@ def decode_activations(A: torch.Tensor) -> torch.Tensor:
 
 def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], out: torch.Tensor | None = None) -> torch.Tensor:
     """The spec (module doc) in float64 → bf16 [M, N]; with ``out`` writes rows < M of ``out``."""
+    res = _gemm64(A, AS, RS, w, bounds)
+    if out is None:
+        return res.to(torch.bfloat16)
+    M, N = res.shape
+    check_out(out, M, N, "w4a8_gemm")
+    out[:M].copy_(res)
+    return out
+
+
+def gemm_partials(A, AS, RS, w: W4Prepared, bounds: list[int]) -> torch.Tensor:
+    """The spec's split partials: one, the float64 result in fp32, ``[1, M, N]`` (its sum rounded to bf16 is
+    :func:`gemm` up to that fp32 step)."""
+    return _gemm64(A, AS, RS, w, bounds).to(torch.float32)[None]
+
+
+def _gemm64(A, AS, RS, w: W4Prepared, bounds: list[int]) -> torch.Tensor:
     P, M, K, N, grouped = check_inputs(A, AS, RS, w, bounds, "w4a8_gemm")
     G = K // GROUP
     q, z, s = unprepare(w)
@@ -162,8 +178,4 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], out: torch.Tensor | None =
                 dot = torch.bmm(a[:, m0:m1], qg)  # [G, m, n]
                 inner = dot - z[:, None, n0:n1] * rs[:, m0:m1, None]
                 res[m0:m1, n0:n1] = (s[:, None, n0:n1] * asc[:, m0:m1, None] * inner).sum(0)
-    if out is None:
-        return res.to(torch.bfloat16)
-    check_out(out, M, N, "w4a8_gemm")
-    out[:M].copy_(res)
-    return out
+    return res

@@ -452,9 +452,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: Splits: "occ" aims at occ programs per SM, otherwise
 #: :func:`_balanced_splits`. ``ablate`` (bench only, wrong results; M <= 16): nib8 loops: "nodot" weight loads + unpack
 #: with no MMA, "noload" unpack + MMA on the tile's first two groups re-read (L2-resident: no DRAM weight stream); mma2:
-#: "nodot" the fragments' words consumed with no operands, MMAs or fold, "nofold" no scale fold, "noreduce" the split
-#: partials stored with no arrival count or split-order sum (the output not written), "ring" (ring configs) the TMA
-#: ring alone, no fragment read (:data:`ABLATIONS`).
+#: "nodot" the fragments' words consumed with no operands, MMAs or fold, "nofold" no scale fold, "ring" (ring configs)
+#: the TMA ring alone, no fragment read (:data:`ABLATIONS`).
 def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
@@ -520,7 +519,7 @@ DECODE = {
 GEMV_MAX_M = 2
 GEMV_BM_MAX = 16  # the kernel's token tile limit (registers)
 GEMV_DEFAULT = "gemv_o8"
-ABLATIONS = {"none": 0, "nodot": 1, "noload": 2, "nofold": 3, "ring": 4, "noreduce": 5}
+ABLATIONS = {"none": 0, "nodot": 1, "noload": 2, "nofold": 3, "ring": 4}
 #: H200 call 6 (Triton 3.6, int4, e4m3 per-group, M=8, us; nib8x / nib8xpr): qkv 42.4 / 28.5, o_proj
 #: 27.0 / 21.0, gate_up 86.8 / 65.5, down 54.8 / 36.9 — best or within 9 % of the best config on every
 #: shape (nib8p wins o_proj / down / out_proj by 1.6-1.8 us; the tuned table picks it there).
@@ -630,9 +629,9 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         if band != "decode" or M > 16:
             raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
         if cfg["dot16"] or cfg["nib8"] or cfg["apre"] or cfg["gemv"] or \
-                cfg["ablate"] not in ("none", "nodot", "nofold", "noreduce", "ring" if cfg["ring"] else "none"):
+                cfg["ablate"] not in ("none", "nodot", "nofold", "ring" if cfg["ring"] else "none"):
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / apre / gemv / ablate but nodot, nofold, "
-                             "noreduce, ring (ring configs)")
+                             "ring (ring configs)")
         if cfg["swap"]:  # swap-AB: weights on the MMA's rows, tiles of up to 8 tokens on its columns
             if not cfg["ring"] or cfg["ablate"] == "nodot":
                 raise ValueError(f"w4a8_gemm config: mma2 swap needs a ring (no nodot ablation), got "
@@ -704,7 +703,7 @@ def counters(device, tiles: int) -> torch.Tensor:
 
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
            tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, prefill: str = PREFILL_DEFAULT,
-           gemv=None, mma2=None, unpacked=None, blockwise=None, hopper=None,
+           gemv=None, mma2=None, unpacked=None, blockwise=None, hopper=None, defer: bool = False,
            **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, ws, out, cnt, M, N, K, b1, b2, stride_om,
     groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` ... ``PREDEQ`` where the kernel
@@ -713,7 +712,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     ``GROUP_AS``). ``unpacked()`` (where the kernel has PREDEQ) gives the call's 8-bit weight operand, which
     replaces the packed weights ``tensors[3]`` when the config sets ``predeq``; a ``blockwise`` config returns
     ``blockwise(out)`` (the op's library path) instead of a kernel launch, a ``wgmma`` one ``hopper(out, cfg)`` (the
-    op's Gluon Hopper kernel)."""
+    op's Gluon Hopper kernel). ``defer`` (decode band): return the fp32 split partials ``[S, M, N]`` as stored, no
+    reduction (the consumer sums them in split order; ``out`` unused), whatever the tile config."""
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError(f"{op}: the triton backend needs contiguous weights (prepare() output, unsliced)")
     if out is None:
@@ -721,7 +721,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     else:
         check_out(out, M, N, op)
     if M == 0:
-        return out
+        return out.new_empty(1, 0, N, dtype=torch.float32) if defer else out
     has_dot16 = "DOT16" in kernel.arg_names
     if cfg and not has_dot16 and {"dot16", "nib8", "swap", "ablate", "apre", "predeq"} & cfg.keys():
         raise ValueError(f"{op}: dot16 / nib8 / swap / ablate / apre / predeq are not knobs of this kernel")
@@ -736,6 +736,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if mma2 is None and cfg and cfg.get("mma2"):
         raise ValueError(f"{op}: has no mma2 kernel (a W4A8 GEMM knob)")
     cfg = config(M, N, K, band, interp, cfg, decode, prefill)
+    if defer and band != "decode":
+        raise ValueError(f"{op}: split partials out (defer) is a decode-band form, got band {band!r}")
     if cfg["blockwise"]:
         if blockwise is None:
             raise ValueError(f"{op}: has no blockwise path (a W4A8 GEMM prefill config)")
@@ -766,7 +768,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     bn = _block_n(bounds, cfg["BN"])
     b = list(bounds) + [N] * (4 - len(bounds))
     tiles = triton.cdiv(M, cfg["BM"]) * triton.cdiv(N, bn)
-    split = 0 if cfg["splits"] == 1 else 1 if cfg["reduce"] == "host" else 2
+    split = 0 if cfg["splits"] == 1 and not defer else 1 if defer or cfg["reduce"] == "host" else 2
     ws = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=device) if split else out
     cnt = counters(device, tiles) if split == 2 else out
     if cfg["maxnreg"]:  # ptxas register cap (more resident programs per SM)
@@ -798,14 +800,17 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         SPLIT=split, RW=cfg["rw"], HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **constexprs,
     )
+    if defer:
+        return ws
     if split == 1:
         out[:M].copy_(ws.sum(0))
     return out
 
 
 def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "auto",
-         out: torch.Tensor | None = None, cfg: dict | None = None) -> torch.Tensor:
-    """Triton W4A8/W5A8 GEMM → bf16 [M, N] (or rows < M of ``out``); ``cfg`` overrides :func:`config`."""
+         out: torch.Tensor | None = None, cfg: dict | None = None, defer: bool = False) -> torch.Tensor:
+    """Triton W4A8/W5A8 GEMM → bf16 [M, N] (or rows < M of ``out``; ``defer``: its fp32 split partials [S, M, N],
+    :func:`launch`); ``cfg`` overrides :func:`config`."""
     P, M, K, N, grouped = check_inputs(A, AS, RS, w, bounds, "w4a8_gemm")
     wh = w.wh if w.bits == 5 else w.wq  # unused pointer for int4
     from radiance_kernels.ops.w4a8_gemm.gemv import _w4a8_gemv_kernel  # it imports this module's tile helpers
@@ -837,7 +842,7 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
         (A, AS, RS.contiguous(), w.wq, wh, w.sz), cfg,
         gemv=_w4a8_gemv_kernel, mma2=_mma2_kernel, decode=GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT,
         prefill=prefill,
-        unpacked=lambda: unpack_w8(w, int8), blockwise=library, hopper=hopper,
+        unpacked=lambda: unpack_w8(w, int8), blockwise=library, hopper=hopper, defer=defer,
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
