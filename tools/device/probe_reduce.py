@@ -4,10 +4,11 @@
   and 16-token ring configs at split counts 4-24, the GEMM alone and the served linear (rotate+quant launch + the
   GEMM), with cuBLAS bf16 in the same process — the two peer rows the served linear still loses by ~1 %.
 - "reduce": each decode shape's tuned config at M = 8 and 16 against the same launch with the reduction left out
-  (ablation "noreduce": partials stored, no arrival count, no split-order sum; the output is not written).
+  (``defer``: partials stored, no arrival count, no split-order sum — H200 call 100 ran it as the ablation
+  "noreduce", commit 2d5cdde, the same kernel path).
 - "floor": o_proj's N at K = 128 and 1024 (launch, ring fill and reduction nearly all of it), with and without.
 - "chain": the 64-layer chain of W4A8 GEMMs alone at M = 8 (e4m3; the stack section's "gemm only"), tuned against
-  noreduce: the most a reduction moved out of the GEMM (into the next producer) can save there.
+  deferred: the most a reduction moved out of the GEMM (into the next producer) can save there.
 
 Every row is a chain over enough weight copies to stream from DRAM, timed inside one CUDA graph. Writes
 ``$OUT/probe_reduce.json``.
@@ -41,10 +42,10 @@ def weights(proj):
     return [w4_weight(proj, 4, seed=i) for i in range(copies_needed(w4_weight(proj, 4, 0).nbytes))]
 
 
-def timed(ws, pres, cfg, x=None, act="e4m3"):
+def timed(ws, pres, cfg, x=None, act="e4m3", defer=False):
     """The GEMM alone on ``pres`` (or, given ``x``, the served linear: its rotate+quant launch first)."""
     if x is None:
-        calls = [partial(w4.gemm, *pre, wt.w, wt.bounds, False, "decode", cfg=cfg)
+        calls = [partial(w4.gemm, *pre, wt.w, wt.bounds, False, "decode", cfg=cfg, defer=defer)
                  for wt, pre in zip(ws, pres, strict=True)]
     else:
         calls = [lambda wt=wt: w4.gemm(*rotate_quant(x, wt, act), wt.w, wt.bounds, False, "decode", cfg=cfg)
@@ -86,9 +87,9 @@ if "reduce" in PARTS:
             for act in ("e4m3", "int8"):
                 pres = [rotate_quant(x, wt, act) for wt in ws]
                 name = tuned.pick(gpu, "w4a8_gemm", "decode", M, proj.N, proj.K, act, 4)
-                for variant in ("none", "noreduce") if w4.DECODE[name]["mma2"] else ("none",):
-                    cfg = {**w4.DECODE[name], "ablate": variant}
-                    row("reduce", proj, M, act, name, variant, cfg, timed(ws, pres, cfg))
+                for variant in ("none", "deferred"):
+                    cfg = w4.DECODE[name]
+                    row("reduce", proj, M, act, name, variant, cfg, timed(ws, pres, cfg, defer=variant != "none"))
         del ws
 
 if "floor" in PARTS:
@@ -100,14 +101,14 @@ if "floor" in PARTS:
         pres = [rotate_quant(x, wt) for wt in ws]
         name = tuned.pick(gpu, "w4a8_gemm", "decode", M, proj.N, 6144, "e4m3", 4)  # o_proj's config
         for s in sorted({1, min(4, K // 128), min(8, K // 128)}):
-            for variant in ("none", "noreduce") if s > 1 else ("none",):
-                cfg = {**w4.DECODE[name], "splits": s, "ablate": variant}
-                row("floor", proj, M, "e4m3", name, variant, cfg, timed(ws, pres, cfg))
+            for variant in ("none", "deferred") if s > 1 else ("none",):
+                cfg = {**w4.DECODE[name], "splits": s}
+                row("floor", proj, M, "e4m3", name, variant, cfg, timed(ws, pres, cfg, defer=variant != "none"))
         del ws
 
 if "chain" in PARTS:
     M = 8
-    chain = {"none": [], "noreduce": []}
+    chain = {"none": [], "deferred": []}
     nbytes = 0
     for proj in projections(1):
         if proj.name == "gdn.in_proj_ba":
@@ -118,8 +119,8 @@ if "chain" in PARTS:
             pre = rotate_quant(activations(M, proj.K, layer), wt)
             nbytes += wt.nbytes
             for variant, calls in chain.items():
-                calls.append(partial(w4.gemm, *pre, wt.w, wt.bounds, False, "decode",
-                                     cfg={**w4.DECODE[name], "ablate": variant}))
+                calls.append(partial(w4.gemm, *pre, wt.w, wt.bounds, False, "decode", cfg=w4.DECODE[name],
+                                     defer=variant != "none"))
     for variant, calls in chain.items():
         t = graph_time([lambda calls=calls: [c() for c in calls]], reps=5, min_calls=1)
         record(res, dict(part="chain", proj="64 layers", M=M, act="e4m3", config="tuned", variant=variant,

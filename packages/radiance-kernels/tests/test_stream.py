@@ -173,7 +173,7 @@ def test_split_partials_inputs_bytewise(device, name, S, M, split):
 
 def test_split_partials_checked(device):
     """Partials are fp32 [S, M, K] standing for bf16 activations: another dtype, or a residual that is not bf16
-    [M, K], is named."""
+    [M, K], is named; the ops take them on both backends, fused with rotate+quant too."""
     parts = torch.randn(2, 4, 256, device=device)
     res, w = torch.randn(4, 256, device=device).to(torch.bfloat16), torch.ones(256, device=device).bfloat16()
     with pytest.raises(ValueError, match="split partials"):
@@ -182,6 +182,13 @@ def test_split_partials_checked(device):
         torch.ops.radiance.add_rms_norm(parts, res.float(), w, EPS, False, "triton")
     hs, r = torch.ops.radiance.add_rms_norm(parts, res, w, EPS, False, "triton")
     assert hs.shape == r.shape == (4, 256) and hs.dtype == torch.bfloat16
+    recs = random_rotations(2, 256, seed=2, device=device)  # the fused ops on partials, both backends
+    outs = [torch.ops.radiance.add_rms_norm_rotate_quant(parts, res, w, EPS, True, *recs, "e4m3", "group", be)
+            for be in ("reference", "triton")]
+    outs += [torch.ops.radiance.gated_rotate_quant("silu_mul", parts, parts[:1], None, 0.0, *recs, "int8", "group",
+                                                   be) for be in ("reference", "triton")]
+    for u, v in [*zip(*outs[:2], strict=True), *zip(*outs[2:], strict=True)]:
+        assert torch.equal(u, v)
 
 
 def test_ops_dispatch_and_outputs(device):

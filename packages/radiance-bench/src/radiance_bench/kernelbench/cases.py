@@ -1,5 +1,5 @@
 """Inputs for the kernel benches: random weights in each format and random rotations at a projection
-shape (``radiance_kernels.shapes.Proj``), built directly on the GPU."""
+shape (``radiance_kernels.shapes.Proj``), built directly on the GPU (or on ``device``)."""
 
 from __future__ import annotations
 
@@ -29,20 +29,20 @@ class W4Weight:
         return sum(t.numel() * t.element_size() for t in (self.w.wq, self.w.wh, self.w.sz))
 
 
-def w4_weight(proj: Proj, bits: int, seed: int) -> W4Weight:
-    g = torch.Generator(device="cuda").manual_seed(seed)
+def w4_weight(proj: Proj, bits: int, seed: int, device="cuda") -> W4Weight:
+    g = torch.Generator(device=device).manual_seed(seed)
     K, N = proj.K, proj.N
-    codes = torch.randint(0, 1 << bits, (K, N), generator=g, device="cuda", dtype=torch.uint8)
-    zeros = torch.randint(0, 1 << bits, (K // GROUP, N), generator=g, device="cuda", dtype=torch.uint8)
-    scales = (torch.rand(K // GROUP, N, generator=g, device="cuda") * 2e-3 + 1e-4).to(torch.float16)
+    codes = torch.randint(0, 1 << bits, (K, N), generator=g, device=device, dtype=torch.uint8)
+    zeros = torch.randint(0, 1 << bits, (K // GROUP, N), generator=g, device=device, dtype=torch.uint8)
+    scales = (torch.rand(K // GROUP, N, generator=g, device=device) * 2e-3 + 1e-4).to(torch.float16)
     w = prepare_codes(codes, zeros, scales, bits)
-    pairs, theta, cs = random_rotations(proj.P, K, seed=seed, device="cuda")
+    pairs, theta, cs = random_rotations(proj.P, K, seed=seed, device=device)
     return W4Weight(w, pairs, theta, cs, list(proj.bounds))
 
 
-def activations(M: int, K: int, seed: int) -> torch.Tensor:
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16)
+def activations(M: int, K: int, seed: int, device="cuda") -> torch.Tensor:
+    g = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(M, K, generator=g, device=device).to(torch.bfloat16)
 
 
 def w4a8_gemm(wt: W4Weight, A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, zpe: bool = False,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from radiance_bench.kernelbench import ceilings, peers, variants
+from radiance_bench.kernelbench import ceilings, chain, peers, variants
 from radiance_bench.kernelbench import producer_variants as pv
 from radiance_bench.kernelbench.cases import (
     PRODUCER_OF,
@@ -198,7 +198,10 @@ def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
     per-group activations, "rot+gemm" a standalone rotate+quant launch instead of the producer (session 1's row),
     "gemm only" the GEMMs on pre-quantised activations (ablation: the producers' share), and the peer "cuBLAS
     bf16" the unrotated bf16 layer (plain producers + cuBLAS). Every row launches with programmatic dependent
-    launch where it runs; the "no-PDL" rows (ablation) are the served ones without it."""
+    launch where it runs; the "no-PDL" rows (ablation) are the served ones without it. Then the stack in model order
+    (:mod:`.chain`: each producer reads the GEMM output before it), "chained" with every GEMM reducing its splits and
+    "chained ... deferred" with the GEMMs our producers read leaving their split partials to them (``same_as_reduced``:
+    both give the same bits)."""
     served, served8, rot_gemm, gemm_only, bf16, total, total_bf16 = [], [], [], [], [], 0, 0
     for proj in projections(1):
         for layer in range(proj.count):
@@ -232,10 +235,23 @@ def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
     for name, calls, nbytes, pdl in rows:
         with programmatic_launch(pdl):  # no-PDL: the ablation of the producers' programmatic dependents
             t = graph_time([lambda calls=calls: [c() for c in calls]], reps=5, min_calls=1)
-        limit_us = nbytes / bw * 1e6  # this row's own weight-stream limit
-        _record(results, "stack", f"64-layer {name}", t, M=M,
-                weight_bytes=nbytes, limit_us=limit_us, vs_limit=t.best_us / limit_us,
-                weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12, **_no_pdl_tag(pdl))
+        _stack_row(results, f"64-layer {name}", t, M, nbytes, bw, **_no_pdl_tag(pdl))
+    del served, served8, rot_gemm, gemm_only, bf16, rows
+    layers, nbytes = chain.build(M, bits)  # model order, each producer reading the GEMM before it
+    for elem, suffix in (("e4m3", ""), ("int8", " int8-group")):
+        steps = {defer: chain.step(layers, M, elem, defer) for defer in (False, True)}
+        with programmatic_launch(True):
+            same = chain.same_outputs(steps[False](), steps[True]())
+            for defer, run in steps.items():
+                t = graph_time([run], reps=5, min_calls=1)
+                _stack_row(results, f"64-layer chained int{bits}{suffix}{' deferred' if defer else ''}", t, M,
+                           nbytes, bw, same_as_reduced=same)
+
+
+def _stack_row(results: list, name: str, t, M: int, nbytes: int, bw: float, **fields) -> None:
+    limit_us = nbytes / bw * 1e6  # this row's own weight-stream limit
+    _record(results, "stack", name, t, M=M, weight_bytes=nbytes, limit_us=limit_us, vs_limit=t.best_us / limit_us,
+            weight_TBps=nbytes / (t.best_us * 1e-6) / 1e12, **fields)
 
 
 def decode_variants(results: list, ceil: dict, ms=DECODE_M, names=None, bits=(4,)) -> None:

@@ -33,7 +33,7 @@ def _launch(producer, a, b, weight, eps, rotation=None, elem=None, granularity=N
     from radiance_kernels.ops.stream import triton as impl
 
     if rotation is not None:
-        rq_ref.check_records(*rotation, a.shape[1])
+        rq_ref.check_records(*rotation, a.shape[-1])
         rq_ref.check_quant(elem, granularity)
     return impl.launch(producer, a, b, weight, eps, rotation, elem, granularity, store_hs=store_hs,
                        hw=not triton_interpreted())

@@ -153,9 +153,9 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], out: torch.Tensor | None =
 
 
 def gemm_partials(A, AS, RS, w: W4Prepared, bounds: list[int]) -> torch.Tensor:
-    """The spec's split partials: one, the float64 result in fp32, ``[1, M, N]`` (its sum rounded to bf16 is
-    :func:`gemm` up to that fp32 step)."""
-    return _gemm64(A, AS, RS, w, bounds).to(torch.float32)[None]
+    """The spec as split partials ``[1, M, N]`` fp32: one, :func:`gemm`'s bf16 output (its in-order sum rounded to
+    bf16 is that output, bit for bit)."""
+    return _gemm64(A, AS, RS, w, bounds).to(torch.bfloat16).to(torch.float32)[None]
 
 
 def _gemm64(A, AS, RS, w: W4Prepared, bounds: list[int]) -> torch.Tensor:
