@@ -28,14 +28,22 @@ def test_unknown_knob_raises():
 
 
 def test_compile_key_covers_exactly_the_compiled_knobs():
-    base = Settings().compile_cache_key()
     for k in KNOBS:
         raw = {"checkall_tol": "0.5", "checkall_chunk": "7", "nvfp4_exp": "ocp", "nvfp4_bf16_layers": "x"}.get(k.field)
         if raw is None:
             flip = "0" if k.default else "1"  # a bool knob set to what it is not by default
             raw = flip if isinstance(k.default, bool) else next(v for v in k.parse.allowed if v != k.default)
-        changed = Settings.from_env({k.env: raw}).compile_cache_key()
-        assert (changed != base) == k.compiled, k.env
+        needs = {"RADIANCE_STREAM": "1"} if k.field == "stream_defer" else {}  # it acts on the producers
+        changed = Settings.from_env({**needs, k.env: raw}).compile_cache_key()
+        assert (changed != Settings.from_env(needs).compile_cache_key()) == k.compiled, k.env
+
+
+def test_stream_defer_needs_the_producers():
+    """RADIANCE_STREAM_DEFER set without RADIANCE_STREAM=1 would act on nothing: it is named, not ignored."""
+    with pytest.raises(KnobError, match="RADIANCE_STREAM_DEFER acts on the fused producers"):
+        Settings.from_env({"RADIANCE_STREAM_DEFER": "0"})
+    assert not Settings.from_env({"RADIANCE_STREAM": "1", "RADIANCE_STREAM_DEFER": "0"}).stream_defer
+    assert Settings.from_env({"RADIANCE_STREAM": "1"}).stream_defer
 
 
 def test_as_env_round_trips():

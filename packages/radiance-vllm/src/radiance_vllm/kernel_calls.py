@@ -2,7 +2,8 @@
 
 Each function is a thin, typed call of one op with this process's backend; shapes follow the ops' docs:
 ``rotate_quant`` turns x [M, K] into R rotated+quantized copies (A [R, M, K], AS, RS); the GEMMs take
-those plus the prepared weights and the run bounds [R + 1], and return [M, N] in bf16.
+those plus the prepared weights and the run bounds [R + 1], and return [M, N] in bf16 (or, at decode, the
+split-K partials [S, M, N] in fp32 for a fused producer to sum).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ check_kernels()
 
 from radiance_kernels.ops.mxfp4_gemm import MXPrepared  # noqa: E402
 from radiance_kernels.ops.mxfp4_gemm import prepare as _prepare_mxfp4  # noqa: E402
+from radiance_kernels.ops.stream.reference import activation as _activation  # noqa: E402
+from radiance_kernels.ops.w4a8_gemm import DECODE_MAX_M  # noqa: E402
 from radiance_kernels.ops.w4a8_gemm import prepare as _prepare_w4a8  # noqa: E402
 
 
@@ -29,6 +32,20 @@ def rotate_quant(x: torch.Tensor, pairs, theta, scales, elem: str, granularity: 
 
 def w4a8_gemm(A, AS, RS, w, bounds: list[int], zpe: bool, backend: str) -> torch.Tensor:
     return torch.ops.radiance.w4a8_gemm(A, AS, RS, w.wq, w.wh, w.sz, bounds, w.bits, zpe, "auto", backend)
+
+
+#: the most tokens a GEMM may leave as split partials (the decode band)
+PARTIALS_MAX_M = DECODE_MAX_M
+
+
+def w4a8_gemm_partials(A, AS, RS, w, bounds: list[int], zpe: bool, backend: str) -> torch.Tensor:
+    """The decode GEMM's fp32 split-K partials [S, M, N], unreduced (a fused producer sums them)."""
+    return torch.ops.radiance.w4a8_gemm_partials(A, AS, RS, w.wq, w.wh, w.sz, bounds, w.bits, zpe, backend)
+
+
+def split_sum(parts: torch.Tensor) -> torch.Tensor:
+    """Split partials as the producers read them: summed in split order, rounded to bf16 (the GEMM's output)."""
+    return _activation(parts)
 
 
 def prepare_mxfp4(weight_packed, weight_scale) -> MXPrepared:

@@ -89,6 +89,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("stream", _bool, False, True,
          "fused producers on dense decoder layers: add+RMSNorm (→ qkv, gate_up) and silu·mul (→ down), "
          "each with the consumer's rotate + quant; paroquant W4A8 consumers"),
+    Knob("stream_defer", _bool, True, True,
+         "with RADIANCE_STREAM=1: the decode GEMMs a fused producer reads (gate_up → silu·mul, o_proj → the "
+         "post-attention norm, down → the next layer's norm; bf16 models, row-parallel ones at TP=1) leave their "
+         "split-K partials to it instead of reducing them (same bits); 0: every GEMM reduces its own"),
     Knob("checkall", _bool, False, True,
          "check each new GEMM (N, K, M) in serve against the reference op, column-chunked; logs real vs zero inputs"),
     Knob("checkall_chunk", _positive_int, 512, False, "CHECKALL reference chunk width (output columns)"),
@@ -117,6 +121,7 @@ class Settings:
     pq_scales: str = "group"
     pq_zpe: bool = False
     stream: bool = False
+    stream_defer: bool = True
     checkall: bool = False
     checkall_chunk: int = 512
     checkall_tol: float = 5e-3
@@ -142,6 +147,8 @@ class Settings:
                 values[knob.field] = knob.parse(raw.lower() if knob.parse is _bool else raw)
             except ValueError as exc:
                 raise KnobError(f"{knob.env}={raw!r}: {exc}") from None
+        if "stream_defer" in values and not values.get("stream", False):
+            raise KnobError("RADIANCE_STREAM_DEFER acts on the fused producers: it needs RADIANCE_STREAM=1")
         return cls(**values)
 
     def as_env(self) -> dict[str, str]:

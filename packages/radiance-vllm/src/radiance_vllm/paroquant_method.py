@@ -71,6 +71,15 @@ class ParoQuantLinearMethod(LinearMethodBase):
         handed = stream.take(layer, x2) if s.stream else None
         A, AS, RS = handed or kernel_calls.rotate_quant(x2, layer.rot_pairs, layer.rot_theta, layer.rot_scales,
                                                         s.pq_act, s.pq_scales, backend)
+        producer = getattr(layer, "radiance_defer_to", None)
+        if producer is not None and bias is None and x.dtype == torch.bfloat16 and \
+                x2.shape[0] <= kernel_calls.PARTIALS_MAX_M:  # the producer reading y sums the split partials
+            parts = kernel_calls.w4a8_gemm_partials(A, AS, RS, layer.w4a8, layer.rot_bounds_list, s.pq_zpe, backend)
+            if s.checkall:
+                checkall.check_w4a8(layer, x2, A, AS, RS, kernel_calls.split_sum(parts))
+            y = x2.new_empty(x2.shape[0], parts.shape[-1])  # unfilled: its only reader takes the partials
+            stream.defer(producer, y, parts)
+            return y.reshape(*x.shape[:-1], y.shape[-1])
         y = kernel_calls.w4a8_gemm(A, AS, RS, layer.w4a8, layer.rot_bounds_list, s.pq_zpe, backend)
         if s.checkall:
             checkall.check_w4a8(layer, x2, A, AS, RS, y)

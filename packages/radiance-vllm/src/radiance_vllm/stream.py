@@ -14,6 +14,15 @@ the right shape: its only reader is ``down_proj``, which takes the handed activa
 is the partition-count guard: the GEMM would read past the activation buffer if fed fewer partitions
 than the layer's rotation runs, so a mismatch raises.
 With the knob on and no layer of the pattern, installing raises rather than serving unfused.
+
+The other way (``RADIANCE_STREAM_DEFER``, on by default with the producers): a W4A8 GEMM whose output a producer
+reads — ``gate_up_proj`` → the SiluAndMul producer, ``o_proj`` → ``post_attention_layernorm``, ``down_proj`` →
+the next decoder layer's ``input_layernorm`` — leaves its split-K partials unreduced at decode (M within the decode
+band, bf16 activations, no bias; row-parallel ``o_proj`` / ``down_proj`` only at TP=1, where no all-reduce stands
+between) and returns an unfilled token of the output's shape; the producer sums the partials as it loads them
+(:func:`take_partials`), the GEMM's own reduction bit for bit, which takes the arrival count and the last program's
+L2 round trips off the GEMM's tail (H200 call 101: 4-6 % of the 64-layer stack). A producer that meets a token it
+was not handed for raises: the unfilled token is never read.
 """
 
 from __future__ import annotations
@@ -53,6 +62,24 @@ def take(layer, x: torch.Tensor):
     return A, AS, RS
 
 
+def defer(producer, token: torch.Tensor, parts: torch.Tensor) -> None:
+    """A GEMM hands its unreduced split partials to the producer that reads its output ``token``."""
+    producer.deferred = (token, parts)
+
+
+def take_partials(producer, x: torch.Tensor) -> torch.Tensor:
+    """``x``, or the split partials handed over for exactly ``x`` (its GEMM left them unreduced)."""
+    handed = getattr(producer, "deferred", None)
+    if handed is None:
+        return x
+    producer.deferred = None
+    token, parts = handed
+    if not _same_tensor(token, x):
+        raise StreamPartitionError(f"{type(producer).__name__}: a GEMM deferred its output {tuple(token.shape)} to "
+                                   f"this producer, which was called on another tensor {tuple(x.shape)}")
+    return parts
+
+
 def _records(consumer):
     return consumer.rot_pairs, consumer.rot_theta, consumer.rot_scales
 
@@ -67,8 +94,8 @@ class StreamRMSNorm(torch.nn.Module):
     def forward(self, x, residual=None):
         s = settings()
         shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
-        res = torch.zeros_like(x2) if residual is None else residual.reshape(-1, shape[-1])
+        x2 = take_partials(self, x.reshape(-1, shape[-1]))
+        res = torch.zeros_like(x.reshape(-1, shape[-1])) if residual is None else residual.reshape(-1, shape[-1])
         hs, res, A, AS, RS = torch.ops.radiance.add_rms_norm_rotate_quant(
             x2, res, self.norm.weight.data, self.norm.variance_epsilon, False, *_records(self.consumer),
             s.pq_act, s.pq_scales, kernel_backend())
@@ -87,7 +114,8 @@ class StreamSiluMul(torch.nn.Module):
         s = settings()
         d = gate_up.shape[-1] // 2
         g = gate_up.reshape(-1, 2 * d)
-        gate, up = g[:, :d], g[:, d:]
+        parts = take_partials(self, g)
+        gate, up = parts[..., :d], parts[..., d:]
         A, AS, RS = torch.ops.radiance.gated_rotate_quant("silu_mul", up, gate, None, 0.0, *_records(self.consumer),
                                                           s.pq_act, s.pq_scales, kernel_backend())
         token = gate_up.new_empty(g.shape[0], d)  # identity token only: down_proj reads (A, AS, RS)
@@ -101,15 +129,24 @@ def _is_w4a8(linear) -> bool:
     return isinstance(getattr(linear, "quant_method", None), ParoQuantLinearMethod)
 
 
-def install(model: torch.nn.Module) -> int:
-    """Install the producers on every matching decoder layer; returns the count (raises if none)."""
-    count = 0
+def _single_rank(linear) -> bool:
+    """No all-reduce after this linear's output (row-parallel layers reduce across TP ranks)."""
+    return getattr(linear, "tp_size", 1) == 1 or not getattr(linear, "reduce_results", True)
+
+
+def install(model: torch.nn.Module, defer_gemms: bool = False) -> int:
+    """Install the producers on every matching decoder layer; returns the count (raises if none). ``defer_gemms``:
+    also point each GEMM a producer reads at that producer (``radiance_defer_to``, module doc)."""
+    count, deferred, layers = 0, 0, []
     for module in model.modules():
+        if not (hasattr(module, "input_layernorm") and hasattr(module, "post_attention_layernorm")):
+            continue
         attn, mlp = getattr(module, "self_attn", None), getattr(module, "mlp", None)
         qkv, gate_up = getattr(attn, "qkv_proj", None), getattr(mlp, "gate_up_proj", None)
         down = getattr(mlp, "down_proj", None)
-        if not (hasattr(module, "input_layernorm") and hasattr(module, "post_attention_layernorm")
-                and all(_is_w4a8(m) for m in (qkv, gate_up, down))):
+        ok = all(_is_w4a8(m) for m in (qkv, gate_up, down))
+        layers.append((module, ok))
+        if not ok:
             continue
         module.input_layernorm = StreamRMSNorm(module.input_layernorm, qkv)
         module.post_attention_layernorm = StreamRMSNorm(module.post_attention_layernorm, gate_up)
@@ -118,7 +155,19 @@ def install(model: torch.nn.Module) -> int:
     if count == 0:
         raise RuntimeError("RADIANCE_STREAM=1 but no decoder layer has the stream pattern "
                            "(norm → qkv_proj / gate_up_proj, SiluAndMul → down_proj on paroquant W4A8)")
-    print(f"[radiance.stream] fused producers installed on {count} decoder layers", file=sys.stderr, flush=True)
+    for i, (module, ok) in enumerate(layers if defer_gemms else ()):
+        if not ok:
+            continue
+        attn, mlp = module.self_attn, module.mlp
+        pairs = [(mlp.gate_up_proj, mlp.act_fn), (getattr(attn, "o_proj", None), module.post_attention_layernorm)]
+        if i + 1 < len(layers) and layers[i + 1][1]:  # the next decoder layer's norm reads this one's down_proj
+            pairs.append((mlp.down_proj, layers[i + 1][0].input_layernorm))
+        for gemm, producer in pairs:
+            if _is_w4a8(gemm) and _single_rank(gemm):
+                gemm.radiance_defer_to = producer
+                deferred += 1
+    print(f"[radiance.stream] fused producers installed on {count} decoder layers; {deferred} GEMMs leave their "
+          "split partials to them", file=sys.stderr, flush=True)
     return count
 
 
@@ -132,7 +181,7 @@ def patch_loader() -> None:
 
     def process_then_install(model, model_config, target_device):
         original(model, model_config, target_device)
-        install(model)
+        install(model, settings().stream_defer)
 
     process_then_install.radiance_stream = True
     base_loader.process_weights_after_loading = process_then_install

@@ -5,17 +5,18 @@ Math and the ``prepare`` weight layout: :mod:`.reference`. ``band`` is "auto" (d
 prefill), "decode" or "prefill"; ``zpe`` selects the zero-point epilogue (same result at the bf16 floor).
 ``_out`` writes rows < M of a caller buffer ``out [>= M, N]`` and leaves the rest untouched.
 
-``radiance::w4a8_gemm_partials`` (decode band): the same product left as fp32 split-K partials ``[S, M, N]`` — their
-sum in split order from zero, rounded to bf16, is ``w4a8_gemm``'s output bit for bit (the kernel's own reduction) —
-for a consumer that reads its input as partials (the stream producers) and so takes the split reduction off the
-GEMM's tail: no arrival count, no last program's L2 round trips (H200 call 100: 1.4-5.1 us per decode GEMM).
+``radiance::w4a8_gemm_partials`` (decode band, M <= ``DECODE_MAX_M``): the same product left as fp32 split-K
+partials ``[S, M, N]`` — their sum in split order from zero, rounded to bf16, is ``w4a8_gemm``'s output bit for bit
+(the kernel's own reduction) — for a consumer that reads its input as partials (the stream producers) and so takes
+the split reduction off the GEMM's tail: no arrival count, no last program's L2 round trips (H200 call 100: 1.4-5.1
+us per decode GEMM).
 """
 
 import torch
 
 from radiance_kernels.ops.registry import implementation, register_op
 from radiance_kernels.ops.w4a8_gemm import reference
-from radiance_kernels.ops.w4a8_gemm.reference import W4Prepared, prepare, prepare_codes, unprepare
+from radiance_kernels.ops.w4a8_gemm.reference import DECODE_MAX_M, W4Prepared, prepare, prepare_codes, unprepare
 
 VERSION = 1
 _BANDS = ("auto", "decode", "prefill")
@@ -33,13 +34,20 @@ def _triton(A, AS, RS, w, bounds, zpe, band, out=None):
     return impl.gemm(A, AS, RS, w, bounds, zpe, band, out=out)
 
 
+def _check_partials_m(A):
+    if A.shape[1] > DECODE_MAX_M:
+        raise ValueError(f"w4a8_gemm_partials: a decode-band op (M <= {DECODE_MAX_M}), got M={A.shape[1]}")
+
+
 def _reference_partials(A, AS, RS, w, bounds, zpe):
+    _check_partials_m(A)
     return reference.gemm_partials(A, AS, RS, w, bounds)
 
 
 def _triton_partials(A, AS, RS, w, bounds, zpe):
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
+    _check_partials_m(A)
     return impl.gemm(A, AS, RS, w, bounds, zpe, "decode", defer=True)
 
 
@@ -86,4 +94,4 @@ def _(A, AS, RS, wq, wh, sz, bounds, bits, zpe, backend):
 
 
 __all__ = ["w4a8_gemm", "w4a8_gemm_out", "w4a8_gemm_partials", "prepare", "prepare_codes", "unprepare", "W4Prepared",
-           "VERSION"]
+           "VERSION", "DECODE_MAX_M"]

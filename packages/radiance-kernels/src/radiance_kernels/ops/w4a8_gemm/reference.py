@@ -32,6 +32,7 @@ import torch
 from radiance_kernels.formats import awq, e4m3
 
 GROUP = 128
+DECODE_MAX_M = 64  # band "auto": decode up to this many tokens, prefill above
 
 
 class W4Prepared(NamedTuple):

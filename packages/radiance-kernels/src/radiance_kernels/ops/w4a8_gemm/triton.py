@@ -40,11 +40,10 @@ import triton.language as tl
 
 from radiance_kernels.backends import programmatic_launch_on, triton_interpreted
 from radiance_kernels.ops.w4a8_gemm import blockwise, tuned
-from radiance_kernels.ops.w4a8_gemm.reference import GROUP, W4Prepared, check_inputs, check_out
+from radiance_kernels.ops.w4a8_gemm.reference import DECODE_MAX_M, GROUP, W4Prepared, check_inputs, check_out
 from radiance_kernels.tl.bf16 import to_bf16
 from radiance_kernels.tl.e4m3 import e4m3_encode_sw
 
-DECODE_MAX_M = 64
 RW8_SPLITS = 8  # swap-AB mma2 configs take 8 split partials per reduction step from this many splits (rw auto)
 # Runtime ints that vary per call/layer: one compiled kernel for all of them (no 1 / %16 variants).
 NO_SPECIALIZE = ["M", "b1", "b2", "groups_per_split"]
