@@ -224,6 +224,24 @@ def test_split_partials_out_bit_exact(name, splits, device):
         impl.gemm(A, AS, RS, w, bounds, False, "prefill", defer=True)
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_split_partials_compile_fullgraph(dynamic, device):
+    """The partials op feeding a producer traces whole under torch.compile (its fake output has a split count of its
+    own) and gives the eager bits."""
+    A, AS, RS, _ = acts(1, 3, 256, "e4m3", True, device=device)
+    w = prepare_codes(*weights(256, 128, 4, device=device), 4)
+    res = torch.zeros(3, 128, dtype=torch.bfloat16, device=device)
+    g = torch.ones(128, dtype=torch.bfloat16, device=device)
+
+    def f(A, AS, RS):
+        p = torch.ops.radiance.w4a8_gemm_partials(A, AS, RS, w.wq, w.wh, w.sz, [0, 128], 4, False, "reference")
+        return torch.ops.radiance.add_rms_norm(p, res, g, 1e-6, False, "reference")
+
+    eager = f(A, AS, RS)
+    compiled = torch.compile(f, fullgraph=True, dynamic=dynamic)(A, AS, RS)
+    assert all(torch.equal(u, v) for u, v in zip(eager, compiled, strict=True))
+
+
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
 @pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8p", "mma8n64p", "mma8p:pf0", "mma8p:pf2",
                                   "mma2t", "mma8n64t", "mma8n64t2", "mma2n64t2o12"])

@@ -8,7 +8,7 @@ prefill), "decode" or "prefill"; ``zpe`` selects the zero-point epilogue (same r
 ``radiance::w4a8_gemm_partials`` (decode band, M <= ``DECODE_MAX_M``): the same product left as fp32 split-K
 partials ``[S, M, N]`` — their sum in split order from zero, rounded to bf16, is ``w4a8_gemm``'s output bit for bit
 (the kernel's own reduction) — for a consumer that reads its input as partials (the stream producers) and so takes
-the split reduction off the GEMM's tail: no arrival count, no last program's L2 round trips (H200 call 100: 1.4-5.1
+the split reduction off the GEMM's tail: no arrival count, no last program's L2 round trips (H200 call 100: 1.4-5.2
 us per decode GEMM).
 """
 
