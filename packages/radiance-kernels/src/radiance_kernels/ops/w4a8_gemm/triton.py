@@ -438,7 +438,8 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: configs on all but gate_up (qkv 18.4 vs 22.8), at M = 1 on down and in_proj.
 #: "*t*" (``ring``, sm_90): the same kernels with the weight, activation and scale words brought by TMA into a ring of
 #: ``ring`` group tiles (:mod:`.mma2`); "t2" two stages, "o12" 12 programs per SM ("o6": 6 — o_proj's shape at M =
-#: 12-16 in 4 splits, int8 12.6 against 13.2 us at "o12"'s 8, call 100). H200 call 62 (M = 8, us, best ring /
+#: 12-16 in 4 splits, int8 12.6 against 13.2 us at "o12"'s 8, call 100; "o16": 16 — gate_up at M = 8 in 3 splits,
+#: faster than 2 with its silu-mul producer, call 105). H200 call 62 (M = 8, us, best ring /
 #: best register-fed config): e4m3 gate_up 42.7 / 49.8, down 24.5 / 32.6, qkv 20.4 / 23.0; int8 gate_up 38.4 / 43.4,
 #: down 21.7 / 22.6, o_proj 12.1 / 12.0. Measured and removed: 6- and 8-stage rings (slower everywhere, calls 58, 61),
 #: the row inputs two groups ahead beside a weight-only ring (call 56), a cp.async ring of the weight words (each
@@ -511,6 +512,10 @@ DECODE = {
                            ring=2, swap=True),
     "mma8n64t2so6": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=6, k8=True,
                           ring=2, swap=True),
+    "mma2n64t2so16": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=16, ring=2,
+                           swap=True),
+    "mma8n64t2so16": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=16, k8=True,
+                           ring=2, swap=True),
 }
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
