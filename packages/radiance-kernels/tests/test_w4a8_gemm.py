@@ -268,7 +268,7 @@ def test_mma2_configs(name, elem, grouped, M):
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
 @pytest.mark.parametrize("name", ["mma2n64t2s", "mma8n64t2s", "mma2t2s", "mma8t2s", "mma2n64t2so12",
-                                  "mma8n64t2so12", "mma8n64t2so6"])
+                                  "mma8n64t2so12", "mma8n64t2so6", "mma2n64t2so16", "mma8n64t2so16"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 3),
                           ("e4m3", True, 16), ("int8", False, 13), ("int8", True, 9)])
