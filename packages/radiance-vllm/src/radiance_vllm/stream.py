@@ -94,8 +94,9 @@ class StreamRMSNorm(torch.nn.Module):
     def forward(self, x, residual=None):
         s = settings()
         shape = x.shape
-        x2 = take_partials(self, x.reshape(-1, shape[-1]))
-        res = torch.zeros_like(x.reshape(-1, shape[-1])) if residual is None else residual.reshape(-1, shape[-1])
+        x2 = x.reshape(-1, shape[-1])
+        res = torch.zeros_like(x2) if residual is None else residual.reshape(-1, shape[-1])
+        x2 = take_partials(self, x2)
         hs, res, A, AS, RS = torch.ops.radiance.add_rms_norm_rotate_quant(
             x2, res, self.norm.weight.data, self.norm.variance_epsilon, False, *_records(self.consumer),
             s.pq_act, s.pq_scales, kernel_backend())

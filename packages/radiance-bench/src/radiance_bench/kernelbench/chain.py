@@ -17,11 +17,11 @@ in_proj_qkvz feed the cores and reduce in the kernel. Both forms give the same b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from radiance_bench.kernelbench.cases import activations, w4_weight
+from radiance_bench.kernelbench.cases import activations, w4_weight, w4a8_gemm
 from radiance_kernels.formats.rotation import GROUP
 from radiance_kernels.shapes import LAYERS, projections
 
@@ -36,7 +36,6 @@ class Layer:
     core: tuple  # the core's output and gate (bf16 [M, K of o_proj / out_proj])
     gnorm: torch.Tensor | None  # GDN: the gated RMSNorm weight (bf16 [128])
     ba: torch.Tensor | None  # GDN: in_proj_ba's bf16 weight [N, K]
-    outs: list = field(default_factory=list)
 
 
 def build(M: int, bits: int, projs=None, count: int = LAYERS, device="cuda") -> tuple[list[Layer], int]:
@@ -68,7 +67,7 @@ def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False):
     def gemm(wt, pre, partials):
         if partials:
             return ops.w4a8_gemm_partials(*pre, wt.w.wq, wt.w.wh, wt.w.sz, wt.bounds, wt.w.bits, False, "triton")
-        return ops.w4a8_gemm(*pre, wt.w.wq, wt.w.wh, wt.w.sz, wt.bounds, wt.w.bits, False, "decode", "triton")
+        return w4a8_gemm(wt, *pre, band="decode")
 
     hidden = layers[0].norms[0].shape[0]
     x0 = activations(M, hidden, 0, layers[0].norms[0].device)
