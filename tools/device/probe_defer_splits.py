@@ -15,32 +15,15 @@ import torch
 from probe_out import record, save
 
 from radiance_bench.kernelbench.cases import activations, rotate_quant, w4_weight
+from radiance_bench.kernelbench.pairs import PAIRS, consumer, pair
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
 from radiance_kernels.backends import programmatic_launch
-from radiance_kernels.formats.rotation import random_rotations
 from radiance_kernels.ops.w4a8_gemm import triton as w4
 from radiance_kernels.ops.w4a8_gemm import tuned
 from radiance_kernels.shapes import projections
 
 M = 8
 P = {p.name: p for p in projections(1)}
-#: (GEMM, its producer, the partitions of the linear that producer feeds)
-PAIRS = (("attn.o_proj", "add_rms_gemma", 2), ("mlp.gate_up", "silu_mul", 1), ("mlp.down", "add_rms_gemma", 3))
-ops = torch.ops.radiance
-
-
-def consumer(producer: str, K: int, p_next: int):
-    """The producer on a GEMM output ``y`` (bf16 [M, N] or split partials), ending in the next linear's
-    rotate+quant."""
-    recs = (*random_rotations(p_next, K, seed=1, device="cuda"), "e4m3", "group", "triton")
-    resid, gw = activations(M, K, seed=2), activations(1, K, seed=3)[0]
-    if producer == "silu_mul":
-        return lambda y: ops.gated_rotate_quant("silu_mul", y[..., K:], y[..., :K], None, 1e-6, *recs)
-    return lambda y: ops.add_rms_norm_rotate_quant(y, resid, gw, 1e-6, True, *recs)
-
-
-def pair(consume, wt, pre, cfg, defer):
-    return consume(w4.gemm(*pre, wt.w, wt.bounds, False, "decode", cfg=cfg, defer=defer))
 
 
 res = []
@@ -49,7 +32,7 @@ for name, producer, p_next in PAIRS:
     ws = [w4_weight(proj, 4, seed=i) for i in range(copies_needed(w4_weight(proj, 4, 0).nbytes))]
     x = activations(M, proj.K, seed=M)
     pres = [rotate_quant(x, wt) for wt in ws]
-    consume = consumer(producer, proj.N // 2 if producer == "silu_mul" else proj.N, p_next)
+    consume = consumer(producer, M, proj.N // 2 if producer == "silu_mul" else proj.N, p_next, "e4m3")
     cfg_name = tuned.pick(torch.cuda.get_device_name(), "w4a8_gemm", "decode", M, proj.N, proj.K, "e4m3", 4)
     s0 = w4.config(M, proj.N, proj.K, "decode", False, w4.DECODE[cfg_name])["splits"]
     G = proj.K // 128

@@ -23,6 +23,7 @@ for elem in ("e4m3", "int8"):
     assert served[0].dtype == torch.bfloat16 and deferred[0].dim() == 3 and deferred[0].shape[0] > 1
     assert torch.isfinite(served[0].float()).all()
     assert chain.same_outputs(served, deferred), elem
+    assert chain.same_outputs(chain.step(layers, 3, elem, deferred_configs=True)(), deferred), elem
 print("same")
 """
 

@@ -114,3 +114,50 @@ def test_prefill_variant_rows_per_format(monkeypatch):
     assert got == sorted((act, f"w4a8 gemm int{b} {n}") for act in ("e4m3 group", "int8 group ZPE")
                          for b, names in ((4, ("k64", "deq", "deq64")), (5, ("k64", "deq"))) for n in names)
     assert all("error" not in r and r["rel_vs_first"] == 0.0 for r in rows)
+
+
+def test_deferred_pairs_become_defer_entries():
+    """decode_pairs rows timed deferred compete among themselves for the ``defer`` entry; its reduced reference rows
+    compete nowhere; decode_variants rows keep the reduced entry."""
+    rows = [row("decode_variants", "nib8", 8, 9.0), row("decode_variants", "nib8x", 8, 9.5),
+            row("decode_pairs", "nib8", 8, 8.0, defer=True), row("decode_pairs", "nib8x", 8, 7.0, defer=True),
+            row("decode_pairs", "fused", 8, 1.0, defer=False)]
+    e4 = {"N": 256, "K": 512, "act": "e4m3", "bits": 4, "M_max": 8}
+    assert tune.build([run(rows)], [])["w4a8_gemm"]["decode"] == [{**e4, "config": "nib8"},
+                                                                  {**e4, "config": "nib8x", "defer": True}]
+
+
+def test_decode_pair_rows(monkeypatch):
+    """decode_pairs (GPU parts faked): per pair, M and activation element the reduced pick (the band's default where
+    the table has none) once reduced, then it and each ring config of that element's operand kind deferred;
+    ``rel_vs_reduced`` reads the partials as the producer does (their sum), so equal products give 0."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from radiance_bench.kernelbench import pairs
+    from radiance_bench.kernelbench.timing import Timing
+
+    def gemm(A, AS, RS, w, bounds, zpe, band, cfg, defer):
+        out = torch.full((2, 1, 4), 0.5)  # two splits: their sum 1.0, the reduced output
+        return out if defer else out.sum(0).to(torch.bfloat16)
+
+    monkeypatch.setattr(pairs, "projections", lambda tp: [SimpleNamespace(name=n, N=256, K=512)
+                                                          for n in ("attn.o_proj", "mlp.gate_up", "mlp.down")])
+    monkeypatch.setattr(pairs, "activations", lambda M, K, seed: None)
+    monkeypatch.setattr(pairs, "w4_weight", lambda proj, bits, seed: SimpleNamespace(
+        w=SimpleNamespace(bits=bits), bounds=[0, 256], nbytes=1 << 30))
+    monkeypatch.setattr(pairs, "rotate_quant", lambda x, wt, elem: (elem, None, None))
+    monkeypatch.setattr(pairs, "consumer", lambda producer, M, K, p_next, elem: lambda y: y)
+    monkeypatch.setattr(pairs, "graph_time", lambda calls: Timing(1.0, 1.0, 1))
+    monkeypatch.setattr(pairs.torch.cuda, "get_device_name", lambda: "Test GPU 9")
+    monkeypatch.setattr(pairs.tuned, "pick", lambda *a: "gemv_o16" if a[6] == "int8" else None)
+    monkeypatch.setattr(pairs.w4, "gemm", gemm)
+    rows = []
+    pairs.decode_pairs(lambda section, kernel, t, **f: rows.append({"kernel": kernel, **f}), rows, ms=(8,),
+                       names=["mma2t2s", "mma8t2s"])
+    got = [(r["proj"], r["act"], r["kernel"].split()[-1], r["defer"]) for r in rows if r["proj"] == "mlp.down"]
+    assert got == [("mlp.down", "e4m3 group", "nib8xpr", False), ("mlp.down", "e4m3 group", "nib8xpr", True),
+                   ("mlp.down", "e4m3 group", "mma2t2s", True), ("mlp.down", "int8 group", "gemv_o16", False),
+                   ("mlp.down", "int8 group", "gemv_o16", True), ("mlp.down", "int8 group", "mma8t2s", True)]
+    assert len(rows) == 18 and all("error" not in r and r["rel_vs_reduced"] == 0.0 for r in rows)

@@ -42,6 +42,27 @@ def test_pick_by_activation_element_and_bits(tables):
     assert (pick("e4m3", 4), pick("int8", 4), pick("e4m3", 5), pick("int8", 5)) == ("nib8w", "gemv", "nib8p", None)
 
 
+def test_deferred_entries_serve_the_partials_form_only(tables):
+    """``defer`` entries (timed with the producer reading the partials) win for the deferred form; the reduced form
+    never sees them; a deferred lookup that no deferred entry covers takes the reduced entries."""
+    write(tables, [{"N": 256, "K": 512, "M_max": 8, "config": "nib8w"},
+                   {"N": 256, "K": 512, "M_max": None, "config": "nib8p"},
+                   {"N": 256, "K": 512, "M_max": 8, "config": "fused", "defer": True},
+                   {"N": 128, "K": 512, "M_max": None, "config": "nib8"}])
+    pick = lambda M, N, defer: tuned.pick("Test GPU 9", "w4a8_gemm", "decode", M, N, 512, defer=defer)  # noqa: E731
+    assert [pick(M, 256, False) for M in (1, 16)] == ["nib8w", "nib8p"]
+    assert [pick(M, 256, True) for M in (1, 8, 16)] == ["fused", "fused", "nib8p"]
+    assert (pick(1, 128, True), pick(1, 128, False)) == ("nib8", "nib8")
+
+
+@pytest.mark.parametrize("band,defer", [("prefill", True), ("decode", "yes")])
+def test_defer_is_a_decode_flag(tables, band, defer):
+    write(tables, [{"N": 256, "K": 512, "M_max": None, "config": "nib8" if band == "decode" else "k64",
+                    "defer": defer}], band)
+    with pytest.raises(ValueError, match="defer"):
+        tuned.pick("Test GPU 9", "w4a8_gemm", band, 1, 256, 512)
+
+
 def test_unknown_config_name_fails_loudly(tables):
     write(tables, [{"N": 256, "K": 512, "M_max": None, "config": "renamed"}])
     with pytest.raises(ValueError, match="renamed"):

@@ -860,17 +860,22 @@ def test_mma2_full_shapes(proj):
 @pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
 @pytest.mark.parametrize("proj", shapes.projections(1), ids=lambda p: p.name)
 def test_split_partials_full_shapes(proj):
-    """The served decode configs (the tuned pick) with their partials deferred: summed in split order and rounded,
-    they are the kernel-reduced output bit for bit, for both activation elements, int4 and int5, M = 1, 8, 16."""
+    """The served deferred decode configs (the table's pick for the partials form): summed in split order and
+    rounded, the partials are the same config's kernel-reduced output bit for bit, and the reference's at the GEMM
+    floor, for both activation elements, int4 and int5, M = 1, 8, 16."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
+    from radiance_kernels.ops.w4a8_gemm import tuned
 
     for bits in (4, 5):
         w = prepare_codes(*weights(proj.K, proj.N, bits, seed=3, device="cuda"), bits)
         for M, elem in ((1, "e4m3"), (8, "int8"), (8, "e4m3"), (16, "int8"), (16, "e4m3")):
             A, AS, RS, _ = acts(proj.P, M, proj.K, elem, True, seed=M, device="cuda")
+            name = tuned.pick(torch.cuda.get_device_name(), "w4a8_gemm", "decode", M, proj.N, proj.K, elem, bits, True)
             parts = impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", defer=True)
-            want = impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode")
-            assert torch.equal(split_sum(parts), want), (bits, M, elem, parts.shape[0])
+            want = impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", cfg=name and impl.DECODE[name])
+            assert torch.equal(split_sum(parts), want), (bits, M, elem, name, parts.shape[0])
+            r, mx = gemm_error(want, call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference"))
+            assert r <= REL and mx <= 4 * REL, (bits, M, elem, name, r, mx)
 
 
 @pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")

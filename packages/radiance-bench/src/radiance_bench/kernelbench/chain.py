@@ -12,7 +12,9 @@ The attention / GDN cores are not ours (their outputs are fresh inputs here, as 
 producer is the served fused one (producer + rotate+quant, e4m3 or int8 per-group) and every projection the W4A8
 GEMM. ``defer``: the GEMMs whose output our next producer reads (o_proj / out_proj, gate_up, down) leave their split
 partials for it to sum (``w4a8_gemm_partials``) — no arrival count or last-program reduction on their tail; qkv and
-in_proj_qkvz feed the cores and reduce in the kernel. Both forms give the same bits (checked by :func:`same_outputs`).
+in_proj_qkvz feed the cores and reduce in the kernel. Each form runs the tile configs the GPU's table picks for it
+(the partials form: its ``defer`` entries, tuned with the producer); on the same configs both forms give the same bits
+(``deferred_configs`` runs the reduced form on the deferred picks; checked by :func:`same_outputs`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import torch
 
 from radiance_bench.kernelbench.cases import activations, w4_weight, w4a8_gemm
 from radiance_kernels.formats.rotation import GROUP
+from radiance_kernels.ops.w4a8_gemm import triton as w4
+from radiance_kernels.ops.w4a8_gemm import tuned
 from radiance_kernels.shapes import LAYERS, projections
 
 EPS = 1e-6
@@ -56,17 +60,31 @@ def build(M: int, bits: int, projs=None, count: int = LAYERS, device="cuda") -> 
     return layers, nbytes
 
 
-def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False):
+def partials_config(wt, pre) -> dict | None:
+    """The tile config the GPU's table picks for ``wt``'s GEMM on ``pre`` in its partials form (None off CUDA: the
+    launch's own default)."""
+    A = pre[0]
+    if not A.is_cuda:
+        return None
+    name = tuned.pick(torch.cuda.get_device_name(A.device), "w4a8_gemm", "decode", A.shape[1], wt.w.sz.shape[1],
+                      A.shape[2], "int8" if A.dtype == torch.int8 else "e4m3", wt.w.bits, True)
+    return name and w4.DECODE[name]
+
+
+def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False, deferred_configs: bool = False):
     """One decode step over ``layers``: a callable returning the last layer's down output (bf16, or its split
-    partials with ``defer``) and the residual stream."""
+    partials with ``defer``) and the residual stream. ``deferred_configs`` (without ``defer``): the GEMMs the
+    deferred step defers reduce in the kernel on the configs it runs them on — its bits."""
     ops = torch.ops.radiance
 
     def rot(wt):
         return wt.pairs, wt.theta, wt.cs, elem, "group", "triton"
 
-    def gemm(wt, pre, partials):
-        if partials:
+    def gemm(wt, pre, deferrable):
+        if deferrable and defer:
             return ops.w4a8_gemm_partials(*pre, wt.w.wq, wt.w.wh, wt.w.sz, wt.bounds, wt.w.bits, False, "triton")
+        if deferrable and deferred_configs:
+            return w4.gemm(*pre, wt.w, wt.bounds, False, "decode", cfg=partials_config(wt, pre))
         return w4a8_gemm(wt, *pre, band="decode")
 
     hidden = layers[0].norms[0].shape[0]
@@ -82,20 +100,20 @@ def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False):
                 ops.skinny_gemm(hs, L.ba, "triton")
             wo = L.w["o_proj" if L.attn else "out_proj"]
             kind, weight = ("sigmoid_gate", None) if L.attn else ("gated_rms_norm", L.gnorm)
-            o = gemm(wo, ops.gated_rotate_quant(kind, *L.core, weight, EPS, *rot(wo)), defer)
+            o = gemm(wo, ops.gated_rotate_quant(kind, *L.core, weight, EPS, *rot(wo)), True)
             _, res, *pre = ops.add_rms_norm_rotate_quant(o, res, L.norms[1], EPS, True, *rot(L.w["gate_up"]))
-            gu = gemm(L.w["gate_up"], pre, defer)
+            gu = gemm(L.w["gate_up"], pre, True)
             d = gu.shape[-1] // 2
             x = gemm(L.w["down"], ops.gated_rotate_quant("silu_mul", gu[..., d:], gu[..., :d], None, EPS,
-                                                         *rot(L.w["down"])), defer)
+                                                         *rot(L.w["down"])), True)
         return x, res
 
     return run
 
 
 def same_outputs(served, deferred) -> bool:
-    """The two forms' last outputs and residual streams, bit for bit (the deferred output read as its consumer
-    reads it)."""
+    """A reduced step's and a deferred one's last outputs and residual streams, bit for bit (the deferred output
+    read as its consumer reads it)."""
     from radiance_kernels.ops.stream.reference import activation
 
     (x, r), (xd, rd) = served, deferred

@@ -1,9 +1,9 @@
 """``python -m radiance_bench.kernelbench.run --out DIR``: every kernel bench of issue 6 in one run.
 
 Sections (``--sections``): ceilings, decode, producer_decode, skinny, prefill, producer, stack, and the A/B
-sections decode_variants, prefill_variants, producer_variants (``--configs`` picks named configs, ``--decode-m``,
-``--prefill-m`` and ``--producer-m`` their M). Each figure is recorded with the ceiling and peers measured in the
-same process; the JSON holds everything, the printed table the ratios the bars are stated in.
+sections decode_variants, decode_pairs, prefill_variants, producer_variants (``--configs`` picks named configs,
+``--decode-m``, ``--prefill-m`` and ``--producer-m`` their M). Each figure is recorded with the ceiling and peers
+measured in the same process; the JSON holds everything, the printed table the ratios the bars are stated in.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from radiance_bench.kernelbench import ceilings, chain, peers, variants
+from radiance_bench.kernelbench import ceilings, chain, pairs, peers, variants
 from radiance_bench.kernelbench import producer_variants as pv
 from radiance_bench.kernelbench.cases import (
     PRODUCER_OF,
@@ -37,7 +37,7 @@ DECODE_M = (1, 8, 16)
 NO_PDL_M = (1, 8)  # decode rows also timed without programmatic dependent launch (the ablation)
 PREFILL_M = (2048, 8192)
 SECTIONS = ("ceilings", "decode", "producer_decode", "skinny", "prefill", "producer", "stack", "decode_variants",
-            "prefill_variants", "producer_variants")
+            "decode_pairs", "prefill_variants", "producer_variants")
 
 
 def _record(results: list, section: str, kernel: str, t, **fields) -> dict:
@@ -200,8 +200,8 @@ def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
     bf16" the unrotated bf16 layer (plain producers + cuBLAS). Every row launches with programmatic dependent
     launch where it runs; the "no-PDL" rows (ablation) are the served ones without it. Then the stack in model order
     (:mod:`.chain`: each producer reads the GEMM output before it), "chained" with every GEMM reducing its splits and
-    "chained ... deferred" with the GEMMs our producers read leaving their split partials to them (``same_as_reduced``:
-    both give the same bits)."""
+    "chained ... deferred" with the GEMMs our producers read leaving their split partials to them, on the table's
+    picks for that form (``same_as_reduced``: the same bits as the reduced chain on those configs)."""
     served, served8, rot_gemm, gemm_only, bf16, total, total_bf16 = [], [], [], [], [], 0, 0
     for proj in projections(1):
         for layer in range(proj.count):
@@ -241,7 +241,7 @@ def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
     for elem, suffix in (("e4m3", ""), ("int8", " int8-group")):
         steps = {defer: chain.step(layers, M, elem, defer) for defer in (False, True)}
         with programmatic_launch(True):
-            same = chain.same_outputs(steps[False](), steps[True]())
+            same = chain.same_outputs(chain.step(layers, M, elem, deferred_configs=True)(), steps[True]())
             for defer, run in steps.items():
                 t = graph_time([run], reps=5, min_calls=1)
                 _stack_row(results, f"64-layer chained int{bits}{suffix}{' deferred' if defer else ''}", t, M,
@@ -257,6 +257,11 @@ def _stack_row(results: list, name: str, t, M: int, nbytes: int, bw: float, **fi
 def decode_variants(results: list, ceil: dict, ms=DECODE_M, names=None, bits=(4,)) -> None:
     """A/B of the W4A8 GEMM's named decode tile configs (:mod:`.variants`)."""
     variants.decode_variants(partial(_record, results), results, ceil, ms=ms, names=names, bits=bits)
+
+
+def decode_pairs(results: list, ceil: dict, ms=DECODE_M, names=None, bits=(4,)) -> None:
+    """A/B of the decode configs of each GEMM a producer reads, timed with that producer, deferred (:mod:`.pairs`)."""
+    pairs.decode_pairs(partial(_record, results), results, ms=ms, names=names, bits=bits)
 
 
 def prefill_variants(results: list, ceil: dict, ms=(2048,), names=None) -> None:
@@ -275,13 +280,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--sections", nargs="*", default=list(SECTIONS))
-    ap.add_argument("--decode-m", nargs="*", type=int, default=list(DECODE_M), help="M of decode_variants")
+    ap.add_argument("--decode-m", nargs="*", type=int, default=list(DECODE_M), help="M of decode_variants / _pairs")
     ap.add_argument("--prefill-m", nargs="*", type=int, default=[2048], help="M of prefill_variants")
     ap.add_argument("--producer-m", nargs="*", type=int, default=[8192], help="M of producer_variants")
-    ap.add_argument("--bits", nargs="*", type=int, default=[4], help="weight widths of decode_variants and stack")
-    ap.add_argument("--configs", nargs="*", default=None, help="named configs of the *_variants sections")
+    ap.add_argument("--bits", nargs="*", type=int, default=[4], help="weight widths of decode_variants / _pairs, stack")
+    ap.add_argument("--configs", nargs="*", default=None, help="named configs of the A/B sections")
     args = ap.parse_args(argv)
-    options = {"decode_variants": dict(ms=tuple(args.decode_m), names=args.configs, bits=tuple(args.bits)),
+    decode = dict(ms=tuple(args.decode_m), names=args.configs, bits=tuple(args.bits))
+    options = {"decode_variants": decode, "decode_pairs": decode,
                "stack": dict(bits=tuple(args.bits)),
                "prefill_variants": dict(ms=tuple(args.prefill_m), names=args.configs),
                "producer_variants": dict(ms=tuple(args.producer_m), names=args.configs)}

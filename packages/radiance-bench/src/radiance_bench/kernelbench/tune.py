@@ -1,8 +1,10 @@
 """``python -m radiance_bench.kernelbench.tune OUT.json kb-decode_variants.json [kb-prefill_variants.json ...]``:
 the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) from A/B bench results.
 
-For every (band, N, K, M, activation element, weight bits) measured, the config with the best time wins, each config
-timed by the *last* input file that measured it there (inputs in measurement order: a later run times the current
+For every (band, N, K, M, activation element, weight bits, deferred) measured, the config with the best time wins
+(``decode_pairs`` rows with ``defer``: the GEMM leaving its split partials, timed with the producer that reads them
+— their winners become the table's ``defer`` entries; that section's reduced reference rows are no candidates), each
+config timed by the *last* input file that measured it there (inputs in measurement order: a later run times the current
 kernel, so its figure replaces an earlier one of code since changed, while configs it did not time keep theirs;
 ablation and failed rows, and configs no longer defined, are skipped; the element is the first word of a row's
 ``act`` label, e4m3 where a row predates the field); each measured M of a shape serves the M above the previous
@@ -23,7 +25,7 @@ from pathlib import Path
 from radiance_kernels.ops.w4a8_gemm.triton import DECODE, PREFILL
 from radiance_kernels.ops.w4a8_gemm.tuned import gpu_key
 
-SECTIONS = {"decode_variants": "decode", "prefill_variants": "prefill"}
+SECTIONS = {"decode_variants": "decode", "decode_pairs": "decode", "prefill_variants": "prefill"}
 KERNEL = re.compile(r"w4a8 gemm int([45]) (\S+)$")  # (bits, config name)
 
 
@@ -38,26 +40,28 @@ def build(runs: list[dict], sources: list[str]) -> dict:
         for row in run["results"]:
             band = SECTIONS.get(row.get("section"))
             name = KERNEL.match(row["kernel"])
-            if band is None or "error" in row or row.get("ablation") or name is None or ":" in name[2]:
+            if band is None or "error" in row or row.get("ablation") or name is None or ":" in name[2] or \
+                    row["section"] == "decode_pairs" and not row["defer"]:
                 continue
             if name[2] not in (DECODE if band == "decode" else PREFILL):  # a config since removed
                 continue
             act = row.get("act", "e4m3").split()[0]
-            key = (band, row["N"], row["K"], act, int(name[1]), row["M"])
+            key = (band, row["N"], row["K"], act, int(name[1]), row.get("defer", False), row["M"])
             this[key, name[2]] = min(this.get((key, name[2]), row["best_us"]), row["best_us"])
         latest |= this
     best: dict[tuple, tuple[float, str]] = {}
     for (key, name), us in latest.items():
         best[key] = min(best.get(key, (us, name)), (us, name))
     if not best:
-        raise ValueError("tune: no decode_variants / prefill_variants rows in the inputs")
+        raise ValueError(f"tune: no {' / '.join(SECTIONS)} rows in the inputs")
     shapes: dict[tuple, list] = defaultdict(list)
-    for (band, N, K, act, bits, M), (_, name) in sorted(best.items()):
-        shapes[band, N, K, act, bits].append((M, name))
+    for (band, N, K, act, bits, defer, M), (_, name) in sorted(best.items()):
+        shapes[band, N, K, act, bits, defer].append((M, name))
     table: dict = {"gpu": gpus.pop(), "source": sources, "w4a8_gemm": defaultdict(list)}
-    for (band, N, K, act, bits), points in shapes.items():
+    for (band, N, K, act, bits, defer), points in shapes.items():
         for M, name in points:
-            table["w4a8_gemm"][band].append({"N": N, "K": K, "act": act, "bits": bits, "M_max": M, "config": name})
+            table["w4a8_gemm"][band].append({"N": N, "K": K, "act": act, "bits": bits, "M_max": M, "config": name,
+                                             **({"defer": True} if defer else {})})
     return table
 
 

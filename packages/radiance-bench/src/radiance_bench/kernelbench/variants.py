@@ -41,7 +41,8 @@ PREFILL_ACTS = (("e4m3 group", "e4m3", "group", False), ("int8 group ZPE", "int8
 PREFILL_INT5 = ("k64", w4.PREFILL_DEFAULT, "wgmma", "wgmmam64")
 
 
-def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64."""
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
@@ -68,7 +69,7 @@ def _rows(record, results: list, section: str, configs: dict, band: str, weights
         tbps = weights[0].nbytes / sec / 1e12
         rate = (dict(frac_copy=tbps / ceil["copy_TBps"], frac_read=tbps / ceil["read_TBps"]) if band == "decode"
                 else dict(frac_fp8_ceiling=flops / sec / 1e12 / ceil["fp8_TFLOPs"]))
-        record(section, f"{kernel} {name}", t, **meta, splits=full["splits"], rel_vs_first=_rel(out, first),
+        record(section, f"{kernel} {name}", t, **meta, splits=full["splits"], rel_vs_first=rel(out, first),
                weight_TBps=tbps, TFLOPs=flops / sec / 1e12, ablation=full["ablate"] != "none", **rate)
 
 

@@ -736,7 +736,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     band = resolve_band(band, M, op)
     if cfg is None and not interp and torch.device(device).type == "cuda":  # the GPU's committed A/B winner
         act = "int8" if constexprs.get("INT8") else "e4m3"
-        name = tuned.pick(torch.cuda.get_device_name(device), op, band, M, N, K, act, constexprs.get("BITS", 4))
+        name = tuned.pick(torch.cuda.get_device_name(device), op, band, M, N, K, act, constexprs.get("BITS", 4),
+                          defer)
         cfg = None if name is None else (DECODE if band == "decode" else PREFILL)[name]
     if gemv is None and cfg and cfg.get("gemv"):
         raise ValueError(f"{op}: has no gemv kernel (a W4A8 GEMM knob)")

@@ -10,10 +10,13 @@ on that GPU for each (N, K) and M range::
 
 An entry serves ``M <= M_max`` (``null``: any M) for its exact (N, K) and its activation element ``act``
 ("e4m3" / "int8") and weight ``bits`` (4 / 5) — absent keys mean e4m3 and 4, the formats the first tables were
-measured in; the first match in ascending ``M_max`` wins. A GPU, op, band or shape without an entry runs the
-band's named default. The table is written by ``python -m radiance_bench.kernelbench.tune`` from
-``decode_variants`` / ``prefill_variants`` results; names it holds are checked against the kernel's configs
-when it loads (a renamed config fails loudly, not by falling back).
+measured in; the first match in ascending ``M_max`` wins. Entries with ``"defer": true`` were timed as the GEMM
+leaving its split partials to the producer that reads them (the bench's ``decode_pairs``: the pair in one graph) and
+serve only that form (``w4a8_gemm_partials``); that form takes the reduced entries where no deferred one covers its
+M. A GPU, op, band or shape without an entry runs the band's named default. The table is written by
+``python -m radiance_bench.kernelbench.tune`` from ``decode_variants`` / ``decode_pairs`` / ``prefill_variants``
+results; names it holds are checked against the kernel's configs when it loads (a renamed config fails loudly, not
+by falling back).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from functools import cache
 from pathlib import Path
 
 TABLES = Path(__file__).with_name("tuned")
+_REQUIRED, _OPTIONAL = {"N", "K", "M_max", "config"}, {"act", "bits", "defer"}
 
 
 def gpu_key(name: str) -> str:
@@ -48,16 +52,23 @@ def table(gpu: str) -> dict:
             if band not in names:
                 raise ValueError(f"{path}: {op} band {band!r} is not one of {sorted(names)}")
             for e in entries:
-                if not {"N", "K", "M_max", "config"} <= e.keys() <= {"N", "K", "M_max", "config", "act", "bits"} \
-                        or e["config"] not in names[band]:
+                if not _REQUIRED <= e.keys() <= _REQUIRED | _OPTIONAL or e["config"] not in names[band] \
+                        or e.get("defer", False) not in (False, band == "decode"):
                     raise ValueError(f"{path}: {op} {band} entry {e} must have keys N, K, M_max, config (and "
-                                     f"optionally act, bits) with config one of {sorted(names[band])}")
+                                     f"optionally act, bits, defer — decode only) with config one of "
+                                     f"{sorted(names[band])}")
     return data
 
 
-def pick(gpu: str, op: str, band: str, M: int, N: int, K: int, act: str = "e4m3", bits: int = 4) -> str | None:
-    """The tuned config name for this GEMM on ``gpu``, or None (run the band's default)."""
-    entries = [e for e in table(gpu).get(op, {}).get(band, [])
-               if (e["N"], e["K"], e.get("act", "e4m3"), e.get("bits", 4)) == (N, K, act, bits)]
-    entries.sort(key=lambda e: float("inf") if e["M_max"] is None else e["M_max"])
-    return next((e["config"] for e in entries if e["M_max"] is None or e["M_max"] >= M), None)
+def pick(gpu: str, op: str, band: str, M: int, N: int, K: int, act: str = "e4m3", bits: int = 4,
+         defer: bool = False) -> str | None:
+    """The tuned config name for this GEMM on ``gpu`` (``defer``: leaving its split partials), or None (run the
+    band's default)."""
+    shape = [e for e in table(gpu).get(op, {}).get(band, [])
+             if (e["N"], e["K"], e.get("act", "e4m3"), e.get("bits", 4)) == (N, K, act, bits)]
+    for form in (True, False)[not defer:]:  # the deferred entries first where they cover M
+        entries = sorted((e for e in shape if e.get("defer", False) == form),
+                         key=lambda e: float("inf") if e["M_max"] is None else e["M_max"])
+        if name := next((e["config"] for e in entries if e["M_max"] is None or e["M_max"] >= M), None):
+            return name
+    return None
