@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from radiance_kernels.formats import awq, rotation
 from radiance_quant import build, paroquant, tiny
 from radiance_quant.cli import app
-from radiance_quant.io import REPORT, Checkpoint
+from radiance_quant.io import REPORT, Checkpoint, CheckpointError
 
 
 def _shards(d):
@@ -94,6 +94,24 @@ def test_qwen3_next_int4(tmp_path):
     } <= set(v["unquantized"])
     ck = Checkpoint(tmp_path / "q")
     assert ck.spec("model.layers.0.linear_attn.in_proj_ba.weight")[0] == torch.bfloat16
+
+
+def test_qwen3_next_dense_int4(base, int4, tmp_path):
+    """The dense GDN hybrid's int4 checkpoint: its dense MLPs, GDN and attention projections and the MoE layer's
+    shared expert quantized, the routed experts kept bf16 (the plugin serves no quantized experts); deterministic."""
+    a = tiny.build_tiny_checkpoint(tmp_path / "a", "paroquant-int4", family="qwen3-next-dense")
+    b = tiny.build_tiny_checkpoint(tmp_path / "b", "paroquant-int4", family="qwen3-next-dense")
+    assert _shards(a) == _shards(b)
+    v = paroquant.verify(a)
+    assert v["max_identity_rel"] <= 1e-12
+    assert {"model.layers.0.linear_attn.in_proj_qkvz", "model.layers.0.linear_attn.out_proj",
+            "model.layers.0.mlp.gate_proj", "model.layers.1.self_attn.q_proj", "model.layers.1.mlp.down_proj",
+            "model.layers.2.mlp.shared_expert.up_proj"} <= set(v["linears"])
+    assert {"model.layers.0.linear_attn.in_proj_ba", "model.layers.2.mlp.experts.3.down_proj"} <= set(v["unquantized"])
+    with pytest.raises(ValueError, match="paroquant kinds only"):
+        tiny.build_tiny_checkpoint(tmp_path / "n", "nvfp4", family="qwen3-next-dense")
+    with pytest.raises(CheckpointError, match="keep applies to random rotations"):
+        build.build(base, tmp_path / "k", "int4", rotations=int4, keep=tiny.ROUTED_EXPERTS)
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,17 @@ def test_qwen3_next_bytes_deterministic(tmp_path):
     assert cfg["dtype"] == "bfloat16" and cfg["num_experts"] == 4 and cfg["num_experts_per_tok"] == 2
 
 
+def test_qwen3_next_dense_bytes_deterministic(tmp_path):
+    """The GDN hybrid with dense MLPs: every layer but the last (vLLM's Qwen3-Next needs one MoE block) in
+    mlp_only_layers; same seed, same bytes."""
+    a = tiny.build_tiny_qwen3_next(tmp_path / "a", seed=3, dense=True)
+    b = tiny.build_tiny_qwen3_next(tmp_path / "b", seed=3, dense=True)
+    assert _hashes(a) == _hashes(b)
+    cfg = json.loads((a / "config.json").read_text())
+    assert cfg["layer_types"] == tiny.DENSE_LAYER_TYPES == ["linear_attention", "full_attention", "linear_attention"]
+    assert cfg["mlp_only_layers"] == [0, 1] and cfg["num_hidden_layers"] == 3 and cfg["intermediate_size"] == 256
+
+
 def test_tokenizer_chat_template(qwen3):
     from transformers import AutoTokenizer
 

