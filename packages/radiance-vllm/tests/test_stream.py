@@ -53,17 +53,47 @@ def _w4a8_linear(tp_size=1):
     return lin
 
 
-def _decoder_layer(row_tp=1):
-    layer, attn, mlp = torch.nn.Module(), torch.nn.Module(), torch.nn.Module()
-    attn.qkv_proj, attn.o_proj = _w4a8_linear(), _w4a8_linear(row_tp)
-    mlp.gate_up_proj, mlp.down_proj, mlp.act_fn = _w4a8_linear(), _w4a8_linear(row_tp), torch.nn.Identity()
-    layer.self_attn, layer.mlp = attn, mlp
-    layer.input_layernorm, layer.post_attention_layernorm = torch.nn.Identity(), torch.nn.Identity()
+@pytest.fixture(scope="module")
+def vllm_config():
+    """vLLM's norms are custom ops: built under a current vLLM config."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    with set_current_vllm_config(VllmConfig()):
+        yield
+
+
+def _norm(gemma=False):
+    from vllm.model_executor.layers.layernorm import GemmaRMSNorm, RMSNorm
+
+    return GemmaRMSNorm(128) if gemma else RMSNorm(128)
+
+
+def _gated_norm(activation="silu"):
+    from vllm.model_executor.layers.layernorm import RMSNormGated
+
+    return RMSNormGated(128, eps=1e-6, norm_before_gate=True, activation=activation)
+
+
+def _decoder_layer(row_tp=1, mixer="self_attn", mlp="dense", gemma=False):
+    """A decoder layer of the stream pattern: attention or GDN mixer, dense MLP or an MoE block (no gate_up)."""
+    layer, mix, block = torch.nn.Module(), torch.nn.Module(), torch.nn.Module()
+    if mixer == "self_attn":
+        mix.qkv_proj, mix.o_proj = _w4a8_linear(), _w4a8_linear(row_tp)
+    else:
+        mix.in_proj_qkvz, mix.in_proj_ba, mix.out_proj = _w4a8_linear(), torch.nn.Linear(128, 4), _w4a8_linear(row_tp)
+        mix.norm = _gated_norm()
+    if mlp == "dense":
+        block.gate_up_proj, block.down_proj, block.act_fn = _w4a8_linear(), _w4a8_linear(row_tp), torch.nn.Identity()
+    else:
+        block.experts = torch.nn.Identity()
+    setattr(layer, mixer, mix)
+    layer.mlp = block
+    layer.input_layernorm, layer.post_attention_layernorm = _norm(gemma), _norm(gemma)
     return layer
 
 
 @pytest.mark.parametrize("row_tp", [1, 2])
-def test_install_points_gemms_at_the_producers_that_read_them(row_tp):
+def test_install_points_gemms_at_the_producers_that_read_them(row_tp, vllm_config):
     """gate_up → its SiluAndMul producer, o_proj → the post-attention norm, down → the next layer's input norm (none
     for the last layer: the model's final norm is not a producer); row-parallel o_proj / down only at TP=1 (an
     all-reduce stands between them and the norm otherwise); nothing without ``defer_gemms``."""
@@ -79,3 +109,94 @@ def test_install_points_gemms_at_the_producers_that_read_them(row_tp):
     plain = torch.nn.ModuleList([_decoder_layer() for _ in range(2)])
     stream.install(plain)
     assert not any(hasattr(m, "radiance_defer_to") for m in plain.modules())
+
+
+def test_gdn_hybrid_gets_the_producers_and_moe_layers_stay_unfused(vllm_config):
+    """[GDN, attention, GDN + MoE] with Gemma norms: the input norm feeds in_proj_qkvz (in_proj_ba, bf16, reads the
+    same hidden states untouched), the gated RMSNorm feeds out_proj, out_proj defers to the post-attention norm, the
+    GDN layer's down to the attention layer's input norm, and the attention layer's down to nothing (the MoE layer
+    after it is unfused)."""
+    model = torch.nn.ModuleList([_decoder_layer(mixer="linear_attn", gemma=True), _decoder_layer(gemma=True),
+                                 _decoder_layer(mixer="linear_attn", mlp="moe", gemma=True)])
+    moe_norms = (model[2].input_layernorm, model[2].linear_attn.norm)
+    assert stream.install(model, defer_gemms=True) == 2
+    gdn, attn, moe = model
+    assert isinstance(gdn.input_layernorm, stream.StreamRMSNorm) and gdn.input_layernorm.gemma
+    assert gdn.input_layernorm.consumer is gdn.linear_attn.in_proj_qkvz
+    assert isinstance(gdn.linear_attn.norm, stream.StreamGatedRMSNorm)
+    assert gdn.linear_attn.norm.consumer is gdn.linear_attn.out_proj and gdn.linear_attn.norm.activation == "silu"
+    assert gdn.linear_attn.out_proj.radiance_defer_to is gdn.post_attention_layernorm
+    assert gdn.mlp.down_proj.radiance_defer_to is attn.input_layernorm
+    assert attn.input_layernorm.consumer is attn.self_attn.qkv_proj
+    assert not hasattr(attn.mlp.down_proj, "radiance_defer_to")
+    assert (moe.input_layernorm, moe.linear_attn.norm) == moe_norms
+    assert not any(hasattr(m, "radiance_defer_to") for m in moe.modules())
+
+
+def test_half_matching_layers_raise_naming_the_module(vllm_config):
+    half = _decoder_layer(mixer="linear_attn")
+    half.mlp.down_proj = torch.nn.Linear(256, 128)
+    with pytest.raises(stream.StreamPatternError, match=r"0: \['mlp.down_proj'\] not on paroquant W4A8"):
+        stream.install(torch.nn.ModuleList([half]))
+    sigmoid = _decoder_layer(mixer="linear_attn")
+    sigmoid.linear_attn.norm = _gated_norm("sigmoid")
+    with pytest.raises(stream.StreamPatternError, match="0.linear_attn.norm: RMSNormGated \\(sigmoid gate"):
+        stream.install(torch.nn.ModuleList([sigmoid]))
+    layer_norm = _decoder_layer()
+    layer_norm.post_attention_layernorm = torch.nn.LayerNorm(128)
+    with pytest.raises(stream.StreamPatternError, match="0.post_attention_layernorm: LayerNorm is not an RMSNorm"):
+        stream.install(torch.nn.ModuleList([layer_norm]))
+
+
+def _bf16_ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a - b| in units of the last place of bf16 at b's magnitude."""
+    ulp = torch.exp2(torch.floor(torch.log2(b.float().abs().clamp_min(1e-30))) - 7)
+    return (a.float() - b.float()).abs() / ulp
+
+
+@torch.no_grad()
+def test_producer_math_is_vllms_norms_to_bf16_rounding(vllm_config):
+    """The producers compute vLLM's Qwen3-Next norms in another fp32 order (tree sums, their own exp): the GDN's
+    RMSNormGated (per 128-channel head, then · silu(z)) within one bf16 ulp of vLLM's, most outputs equal; the
+    GemmaRMSNorm with the residual add ((1 + w)) within two, as vLLM's torch-native op normalizes the unrounded fp32
+    sum where the producer (and vLLM's CUDA kernel) reads the bf16 residual. These roundings, fed through the model,
+    are the served stream's whole difference from vLLM's norms (test_serve_gdn.py)."""
+    import radiance_kernels.ops.stream  # noqa: F401  registers torch.ops.radiance
+
+    g = torch.Generator().manual_seed(0)
+    x, z, res = (torch.randn(16, 256, generator=g).to(torch.bfloat16) for _ in range(3))
+    gated = _gated_norm()
+    gated.weight.data = (1 + 0.1 * torch.randn(128, generator=g)).to(torch.bfloat16)
+    ours = torch.ops.radiance.gated("gated_rms_norm", x, z, gated.weight.data, gated.eps, "reference")
+    theirs = gated.forward_native(x.view(16, 2, 128), z.view(16, 2, 128)).view(16, 256)
+    assert _bf16_ulps(ours, theirs).max() <= 1 and (ours == theirs).float().mean() > 0.9
+    norm = _norm(gemma=True).to(torch.bfloat16)
+    norm.weight.data = (0.1 * torch.randn(256, generator=g)).to(torch.bfloat16)
+    hs, res2 = torch.ops.radiance.add_rms_norm(x, res, norm.weight.data, norm.variance_epsilon, True, "reference")
+    their_hs, their_res = norm.forward_native(x.clone(), res.clone())
+    assert res2.equal(their_res)
+    assert _bf16_ulps(hs, their_hs).max() <= 2 and (hs == their_hs).float().mean() > 0.7
+
+
+def test_gated_norm_producer_hands_out_proj_its_flattened_input(vllm_config):
+    """The GDN norm producer returns an unfilled [T, heads, 128] token; out_proj, called on its flatten(-2), takes
+    exactly rotate_quant(gated_rms_norm(x, z)) of the chain."""
+    import radiance_kernels.ops.stream  # noqa: F401
+    from radiance_kernels.formats.rotation import random_rotation
+    from radiance_vllm import kernel_calls
+
+    pairs, theta, cs = random_rotation(256, 8, seed=1)
+    out_proj = torch.nn.Module()
+    out_proj.prefix, out_proj.rot_bounds_list = "model.layers.0.linear_attn.out_proj", [0, 128]
+    out_proj.rot_pairs, out_proj.rot_theta, out_proj.rot_scales = pairs[None], theta[None], cs
+    producer = stream.StreamGatedRMSNorm(_gated_norm().to(torch.bfloat16), out_proj)
+    g = torch.Generator().manual_seed(2)
+    x, z = (torch.randn(5, 2, 128, generator=g).to(torch.bfloat16) for _ in range(2))
+    token = producer(x, z)
+    assert token.shape == x.shape
+    A, AS, RS = stream.take(out_proj, token.flatten(-2))
+    hs = torch.ops.radiance.gated("gated_rms_norm", x.view(5, 256), z.view(5, 256), producer.weight.data,
+                                  producer.eps, "reference")
+    s = stream.settings()
+    want = kernel_calls.rotate_quant(hs, pairs[None], theta[None], cs, s.pq_act, s.pq_scales, "reference")
+    assert all(a.equal(b) for a, b in zip((A, AS, RS), want, strict=True))

@@ -1,0 +1,93 @@
+"""The fused producers on a served Gated DeltaNet hybrid with dense MLPs (the layout of the 27B-class targets): the
+tiny ``qwen3-next-dense`` int4 checkpoint in bf16 (GDN layer, attention layer, each with a dense MLP, and a last MoE
+layer that stays unfused). Three servers, one at a time: the producers with deferred split reductions (the default),
+the producers with every GEMM reducing its own, and no producers.
+
+- deferred vs reduced: greedy completions and full prompt log-probabilities identical (the partials summed in split
+  order are the GEMM's output bit for bit);
+- producers vs none: prompt log-probabilities of the same token ids within :data:`LOGPROB_TOL` and :data:`KL_TOL`
+  (the producers compute vLLM's norms in another fp32 order, so a bf16 activation now and then rounds the other way,
+  and with it an activation code: test_stream.py bounds the norms to 1-2 ulp), and the greedy completions equal up
+  to their first near tie: where they part, the two candidates lie within 2 x LOGPROB_TOL of each other (this
+  untrained model's distributions are nearly flat, so such ties come within 16 tokens);
+- the log names the fused layers (2) and the deferred GEMMs (5: both gate_up, out_proj and o_proj, layer 0's down).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import served
+
+from radiance_vllm.served_checks import PROMPTS, greedy, kl, prompt_logprobs
+
+#: Max |Δ log p| (nats) between the producers and vLLM's own norms over every vocabulary entry of every position,
+#: and the mean KL(no producers ‖ producers) per prompt. Measured on 2 cores: 0.111-0.117 nats, KL 6.0e-5-8.9e-5 (4
+#: prompts, 32-45 positions each); the bars are about twice that.
+LOGPROB_TOL = 0.25
+KL_TOL = 2e-4
+LOG_LINE = "[radiance.stream] fused producers"
+
+
+def _run(model, workdir, env, sequences=None):
+    """Greedy completions of :data:`PROMPTS`, and the full prompt log-probabilities of ``sequences`` (default: each
+    prompt with its own completion)."""
+    server = served(model, workdir, env=env, dtype="bfloat16")
+    try:
+        outs = [greedy(server, p, 16) for p in PROMPTS]
+        vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+        lps = [prompt_logprobs(server, seq, vocab) for seq in sequences or [ids + toks for ids, toks in outs]]
+        return {"greedy": outs, "logprobs": lps, "log": server.log_path.read_text()}
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from radiance_quant.tiny import build_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("gd")  # short: vLLM's IPC socket path under it must fit 107 characters
+    model = build_tiny_checkpoint(root / "int4", "paroquant-int4", family="qwen3-next-dense")
+    deferred = _run(model, root / "a", {"RADIANCE_STREAM": "1"})
+    seqs = [ids + toks for ids, toks in deferred["greedy"]]  # every run scores the same token ids
+    return {"deferred": deferred,
+            "reduced": _run(model, root / "b", {"RADIANCE_STREAM": "1", "RADIANCE_STREAM_DEFER": "0"}, seqs),
+            "unfused": _run(model, root / "c", {}, seqs)}
+
+
+def _stream_line(log: str) -> str:
+    return next(ln for ln in log.splitlines() if LOG_LINE in ln)
+
+
+def test_producers_installed_on_the_dense_layers_with_deferred_gemms(runs):
+    assert "installed on 2 decoder layers; 5 GEMMs leave" in _stream_line(runs["deferred"]["log"])
+    assert "installed on 2 decoder layers; 0 GEMMs leave" in _stream_line(runs["reduced"]["log"])
+    assert LOG_LINE not in runs["unfused"]["log"]
+
+
+def test_deferred_reductions_serve_the_same_bits(runs):
+    a, b = runs["deferred"], runs["reduced"]
+    assert a["greedy"] == b["greedy"]
+    assert all(x.equal(y) for x, y in zip(a["logprobs"], b["logprobs"], strict=True))
+
+
+def _tie_margins(a, c) -> list[float | None]:
+    """Per prompt, where the greedy completions of runs ``a`` and ``c`` first differ: |log p(c's token) − log p(a's
+    token)| under ``c``'s scoring of ``a``'s sequence (the shared prefix); None where they never differ."""
+    margins = []
+    for (ids, a_toks), (_, c_toks), lp in zip(a["greedy"], c["greedy"], c["logprobs"], strict=True):
+        t = next((i for i, (x, y) in enumerate(zip(a_toks, c_toks, strict=True)) if x != y), None)
+        row = None if t is None else lp[len(ids) + t - 1]  # row r scores the token at position r + 1
+        margins.append(None if row is None else float((row[c_toks[t]] - row[a_toks[t]]).abs()))
+    return margins
+
+
+def test_producers_match_vllms_norms_within_tolerance(runs):
+    a, c = runs["deferred"], runs["unfused"]
+    diffs = [float((x - y).abs().max()) for x, y in zip(a["logprobs"], c["logprobs"], strict=True)]
+    kls = [kl(y, x) for x, y in zip(a["logprobs"], c["logprobs"], strict=True)]
+    margins = _tie_margins(a, c)
+    print(f"\nmax |d logprob| per prompt {diffs}, KL {kls}, greedy tie margins {margins}")
+    assert max(diffs) < LOGPROB_TOL and max(kls) < KL_TOL, (diffs, kls)
+    assert all(m is None or m < 2 * LOGPROB_TOL for m in margins), margins
