@@ -494,7 +494,7 @@ def test_mma2_refuses_where_it_cannot_run(device):
 
     A, AS, RS, _ = acts(1, 2, 256, "e4m3", True, device=device)
     w5 = prepare_codes(*weights(256, 256, 5, device=device), 5)
-    with pytest.raises(ValueError, match="mma2 config"):
+    with pytest.raises(ValueError, match="mma2 (ring )?config"):  # GPUs: int5 needs a ring config
         impl.gemm(A, AS, RS, w5, [0, 256], False, "decode", cfg=impl.DECODE["mma2"])
     with pytest.raises(ValueError, match="mma2 is a decode kernel"):
         impl.config(17, 256, 256, "decode", True, impl.DECODE["mma2"])
