@@ -124,13 +124,24 @@ def test_gdn_hybrid_gets_the_producers_and_moe_layers_stay_unfused(vllm_config):
     assert isinstance(gdn.input_layernorm, stream.StreamRMSNorm) and gdn.input_layernorm.gemma
     assert gdn.input_layernorm.consumer is gdn.linear_attn.in_proj_qkvz
     assert isinstance(gdn.linear_attn.norm, stream.StreamGatedRMSNorm)
-    assert gdn.linear_attn.norm.consumer is gdn.linear_attn.out_proj and gdn.linear_attn.norm.activation == "silu"
+    assert gdn.linear_attn.norm.consumer is gdn.linear_attn.out_proj and gdn.linear_attn.norm.norm.activation == "silu"
     assert gdn.linear_attn.out_proj.radiance_defer_to is gdn.post_attention_layernorm
     assert gdn.mlp.down_proj.radiance_defer_to is attn.input_layernorm
     assert attn.input_layernorm.consumer is attn.self_attn.qkv_proj
     assert not hasattr(attn.mlp.down_proj, "radiance_defer_to")
     assert (moe.input_layernorm, moe.linear_attn.norm) == moe_norms
     assert not any(hasattr(m, "radiance_defer_to") for m in moe.modules())
+
+
+def test_gdn_norm_folded_into_the_core_stays_vllms(vllm_config, capsys):
+    """Where vLLM's GDN core computes the output norm itself (CUDA speculative decode), the norm is left alone —
+    out_proj rotates its own input — and the log says so; the layer's other producers are installed."""
+    layer = _decoder_layer(mixer="linear_attn", gemma=True)
+    layer.linear_attn.enable_fused_gdn_spec_decode = True
+    norm = layer.linear_attn.norm
+    assert stream.install(torch.nn.ModuleList([layer])) == 1
+    assert layer.linear_attn.norm is norm and isinstance(layer.input_layernorm, stream.StreamRMSNorm)
+    assert "1 GDN output norms stay in vLLM's core" in capsys.readouterr().err
 
 
 def test_half_matching_layers_raise_naming_the_module(vllm_config):
@@ -195,8 +206,8 @@ def test_gated_norm_producer_hands_out_proj_its_flattened_input(vllm_config):
     token = producer(x, z)
     assert token.shape == x.shape
     A, AS, RS = stream.take(out_proj, token.flatten(-2))
-    hs = torch.ops.radiance.gated("gated_rms_norm", x.view(5, 256), z.view(5, 256), producer.weight.data,
-                                  producer.eps, "reference")
+    hs = torch.ops.radiance.gated("gated_rms_norm", x.view(5, 256), z.view(5, 256), producer.norm.weight.data,
+                                  producer.norm.eps, "reference")
     s = stream.settings()
     want = kernel_calls.rotate_quant(hs, pairs[None], theta[None], cs, s.pq_act, s.pq_scales, "reference")
     assert all(a.equal(b) for a, b in zip((A, AS, RS), want, strict=True))

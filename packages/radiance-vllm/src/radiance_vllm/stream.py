@@ -156,13 +156,11 @@ class StreamGatedRMSNorm(torch.nn.Module):
         _hand_over(self.consumer, token, A, AS, RS)
         return token.view(x.shape)
 
-    def __getattr__(self, name):
-        """The norm's own attributes (weight, eps, activation, ...): vLLM's CUDA GDN paths that fold the norm into
-        the core read them, and then ``out_proj`` meets a real tensor and rotates it itself."""
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(super().__getattr__("norm"), name)
+
+def _folds_its_norm(mixer) -> bool:
+    """vLLM's GDN mixer computes its output norm inside its core kernel (the CUDA speculative-decode path reads the
+    norm's weight itself and never calls the module): a producer there would not run."""
+    return bool(getattr(mixer, "enable_fused_gdn_spec_decode", False))
 
 
 def _is_w4a8(linear) -> bool:
@@ -245,9 +243,10 @@ def install(model: torch.nn.Module, defer_gemms: bool = False) -> int:
         module.post_attention_layernorm = StreamRMSNorm(module.post_attention_layernorm, module.mlp.gate_up_proj,
                                                         gemma_post)
         module.mlp.act_fn = StreamSiluMul(module.mlp.down_proj)
-        if mixer_name == "linear_attn":
+        if mixer_name == "linear_attn" and not _folds_its_norm(mixer):
             mixer.norm = StreamGatedRMSNorm(mixer.norm, out)
     count = sum(fused is not None for _, fused in layers)
+    folded = sum(fused is not None and fused[0] == "linear_attn" and _folds_its_norm(fused[1]) for _, fused in layers)
     if count == 0:
         raise RuntimeError("RADIANCE_STREAM=1 but no decoder layer has the stream pattern "
                            "(norm → qkv_proj / in_proj_qkvz / gate_up_proj, SiluAndMul → down_proj on paroquant W4A8)")
@@ -266,8 +265,10 @@ def install(model: torch.nn.Module, defer_gemms: bool = False) -> int:
             if _is_w4a8(gemm) and _single_rank(gemm):
                 gemm.radiance_defer_to = producer
                 deferred += 1
+    kept = f"; {folded} GDN output norms stay in vLLM's core (speculative decode): out_proj rotates its input" \
+        if folded else ""
     print(f"[radiance.stream] fused producers installed on {count} decoder layers; {deferred} GEMMs leave their "
-          "split partials to them", file=sys.stderr, flush=True)
+          f"split partials to them{kept}", file=sys.stderr, flush=True)
     return count
 
 
