@@ -138,7 +138,7 @@ def test_gdn_norm_folded_into_the_core_stays_vllms(vllm_config, capsys):
     out_proj rotates its own input — and the log says so; the layer's other producers are installed."""
     layer = _decoder_layer(mixer="linear_attn", gemma=True)
     layer.linear_attn.enable_fused_gdn_spec_decode = True
-    norm = layer.linear_attn.norm
+    layer.linear_attn.norm = norm = _gated_norm("sigmoid")  # not our math, but never replaced: no error
     assert stream.install(torch.nn.ModuleList([layer])) == 1
     assert layer.linear_attn.norm is norm and isinstance(layer.input_layernorm, stream.StreamRMSNorm)
     assert "1 GDN output norms stay in vLLM's core" in capsys.readouterr().err

@@ -223,7 +223,7 @@ def _fusable(name: str, layer) -> tuple[str, torch.nn.Module, bool, bool] | None
     if not all(w4a8.values()):
         raise StreamPatternError(f"{name}: {[k for k, v in w4a8.items() if not v]} not on paroquant W4A8 while "
                                  f"{[k for k, v in w4a8.items() if v]} are: the stream pattern half-matches")
-    if mixer_name == "linear_attn":
+    if mixer_name == "linear_attn" and not _folds_its_norm(mixer):  # a folded norm stays vLLM's: any math
         _check_gated_norm(getattr(mixer, "norm", None), f"{name}.linear_attn.norm")
     return (mixer_name, mixer, _gemma(layer.input_layernorm, f"{name}.input_layernorm"),
             _gemma(layer.post_attention_layernorm, f"{name}.post_attention_layernorm"))
@@ -234,6 +234,7 @@ def install(model: torch.nn.Module, defer_gemms: bool = False) -> int:
     also point each GEMM a producer reads at that producer (``radiance_defer_to``, module doc)."""
     layers = [(module, _fusable(name, module)) for name, module in model.named_modules()
               if hasattr(module, "input_layernorm") and hasattr(module, "post_attention_layernorm")]
+    folded = 0
     for module, fused in layers:  # (decoder layer, _fusable's answer: None where it stays unfused)
         if fused is None:
             continue
@@ -243,10 +244,11 @@ def install(model: torch.nn.Module, defer_gemms: bool = False) -> int:
         module.post_attention_layernorm = StreamRMSNorm(module.post_attention_layernorm, module.mlp.gate_up_proj,
                                                         gemma_post)
         module.mlp.act_fn = StreamSiluMul(module.mlp.down_proj)
-        if mixer_name == "linear_attn" and not _folds_its_norm(mixer):
+        if mixer_name == "linear_attn" and _folds_its_norm(mixer):
+            folded += 1
+        elif mixer_name == "linear_attn":
             mixer.norm = StreamGatedRMSNorm(mixer.norm, out)
     count = sum(fused is not None for _, fused in layers)
-    folded = sum(fused is not None and fused[0] == "linear_attn" and _folds_its_norm(fused[1]) for _, fused in layers)
     if count == 0:
         raise RuntimeError("RADIANCE_STREAM=1 but no decoder layer has the stream pattern "
                            "(norm → qkv_proj / in_proj_qkvz / gate_up_proj, SiluAndMul → down_proj on paroquant W4A8)")
