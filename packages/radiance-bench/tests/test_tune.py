@@ -117,14 +117,29 @@ def test_prefill_variant_rows_per_format(monkeypatch):
 
 
 def test_deferred_pairs_become_defer_entries():
-    """decode_pairs rows timed deferred compete among themselves for the ``defer`` entry; its reduced reference rows
-    compete nowhere; decode_variants rows keep the reduced entry."""
+    """decode_pairs rows compete among themselves for the ``defer`` entry — deferred ones and the reduced reference
+    (marked ``reduced`` where it wins; a row of the same config deferred is another candidate) —, decode_variants
+    rows for the reduced entry."""
     rows = [row("decode_variants", "nib8", 8, 9.0), row("decode_variants", "nib8x", 8, 9.5),
             row("decode_pairs", "nib8", 8, 8.0, defer=True), row("decode_pairs", "nib8x", 8, 7.0, defer=True),
-            row("decode_pairs", "fused", 8, 1.0, defer=False)]
-    e4 = {"N": 256, "K": 512, "act": "e4m3", "bits": 4, "M_max": 8}
-    assert tune.build([run(rows)], [])["w4a8_gemm"]["decode"] == [{**e4, "config": "nib8"},
-                                                                  {**e4, "config": "nib8x", "defer": True}]
+            row("decode_pairs", "nib8x", 16, 5.0, defer=True), row("decode_pairs", "nib8x", 16, 6.0, defer=False),
+            row("decode_pairs", "nib8", 1, 4.0, defer=True), row("decode_pairs", "nib8x", 1, 3.0, defer=False,
+                                                                   reduced=True),
+            row("decode_pairs", "nib8x", 1, 3.5, defer=True)]
+    e4 = {"N": 256, "K": 512, "act": "e4m3", "bits": 4}
+    assert tune.build([run(rows)], [])["w4a8_gemm"]["decode"] == [
+        {**e4, "M_max": 8, "config": "nib8"},
+        {**e4, "M_max": 1, "config": "nib8x", "defer": True, "reduced": True},
+        {**e4, "M_max": 8, "config": "nib8x", "defer": True}, {**e4, "M_max": 16, "config": "nib8x", "defer": True}]
+
+
+def test_old_pair_reference_rows_count_reduced():
+    """A decode_pairs reference row from before the ``reduced`` field (``defer`` False: the reduced pick, its bf16
+    output read by the producer) is the reduced candidate."""
+    rows = [row("decode_pairs", "gemv_o16", 1, 2.0, defer=False), row("decode_pairs", "nib8x", 1, 3.0, defer=True)]
+    e4 = {"N": 256, "K": 512, "act": "e4m3", "bits": 4, "M_max": 1}
+    assert tune.build([run(rows)], [])["w4a8_gemm"]["decode"] == [
+        {**e4, "config": "gemv_o16", "defer": True, "reduced": True}]
 
 
 def test_decode_pair_rows(monkeypatch):
@@ -138,9 +153,10 @@ def test_decode_pair_rows(monkeypatch):
     from radiance_bench.kernelbench import pairs
     from radiance_bench.kernelbench.timing import Timing
 
-    def gemm(A, AS, RS, w, bounds, zpe, band, cfg, defer):
+    def gemm(A, AS, RS, w, bounds, zpe, band, cfg, defer, reduced):
+        assert defer  # the partials form, always: the reference row hands its in-kernel sum as the one partial
         out = torch.full((2, 1, 4), 0.5)  # two splits: their sum 1.0, the reduced output
-        return out if defer else out.sum(0).to(torch.bfloat16)
+        return out.sum(0, keepdim=True) if reduced else out
 
     monkeypatch.setattr(pairs, "projections", lambda tp: [SimpleNamespace(name=n, N=256, K=512)
                                                           for n in ("attn.o_proj", "mlp.gate_up", "mlp.down")])
@@ -156,8 +172,9 @@ def test_decode_pair_rows(monkeypatch):
     rows = []
     pairs.decode_pairs(lambda section, kernel, t, **f: rows.append({"kernel": kernel, **f}), rows, ms=(8,),
                        names=["mma2t2s", "mma8t2s"])
-    got = [(r["proj"], r["act"], r["kernel"].split()[-1], r["defer"]) for r in rows if r["proj"] == "mlp.down"]
-    assert got == [("mlp.down", "e4m3 group", "nib8xpr", False), ("mlp.down", "e4m3 group", "nib8xpr", True),
-                   ("mlp.down", "e4m3 group", "mma2t2s", True), ("mlp.down", "int8 group", "gemv_o16", False),
-                   ("mlp.down", "int8 group", "gemv_o16", True), ("mlp.down", "int8 group", "mma8t2s", True)]
+    got = [(r["proj"], r["act"], r["kernel"].split()[-1], r["defer"], r["reduced"]) for r in rows
+           if r["proj"] == "mlp.down"]
+    down = lambda act, name, defer: ("mlp.down", f"{act} group", name, defer, not defer)  # noqa: E731
+    assert got == [down("e4m3", "nib8xpr", False), down("e4m3", "nib8xpr", True), down("e4m3", "mma2t2s", True),
+                   down("int8", "gemv_o16", False), down("int8", "gemv_o16", True), down("int8", "mma8t2s", True)]
     assert len(rows) == 18 and all("error" not in r and r["rel_vs_reduced"] == 0.0 for r in rows)

@@ -55,6 +55,20 @@ def test_deferred_entries_serve_the_partials_form_only(tables):
     assert (pick(1, 128, True), pick(1, 128, False)) == ("nib8", "nib8")
 
 
+def test_reduced_marks_a_deferred_entry(tables):
+    """A ``defer`` entry marked ``reduced`` (its pair ran faster with the GEMM reducing) comes with its entry; the
+    mark is refused on a reduced entry."""
+    write(tables, [{"N": 256, "K": 512, "M_max": 1, "config": "gemv", "defer": True, "reduced": True},
+                   {"N": 256, "K": 512, "M_max": None, "config": "nib8p", "defer": True}])
+    entry = lambda M: tuned.entry("Test GPU 9", "w4a8_gemm", "decode", M, 256, 512, defer=True)  # noqa: E731
+    assert (entry(1)["config"], entry(1).get("reduced"), entry(8).get("reduced")) == ("gemv", True, None)
+    assert tuned.entry("Test GPU 9", "w4a8_gemm", "decode", 1, 256, 512) is None  # the reduced form: no entry
+    tuned.table.cache_clear()
+    write(tables, [{"N": 256, "K": 512, "M_max": None, "config": "nib8p", "reduced": True}])
+    with pytest.raises(ValueError, match="reduced"):
+        tuned.pick("Test GPU 9", "w4a8_gemm", "decode", 1, 256, 512)
+
+
 @pytest.mark.parametrize("band,defer", [("prefill", True), ("decode", "yes")])
 def test_defer_is_a_decode_flag(tables, band, defer):
     write(tables, [{"N": 256, "K": 512, "M_max": None, "config": "nib8" if band == "decode" else "k64",

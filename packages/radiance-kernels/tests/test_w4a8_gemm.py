@@ -204,8 +204,9 @@ def split_sum(parts: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("name,splits", [("nib8p", 5), ("gemv", 3), ("nib8xpr", 1)])
 def test_split_partials_out_bit_exact(name, splits, device):
     """``defer``: the fp32 split partials [S, M, N] as stored, whose in-order sum rounded to bf16 is the
-    kernel-reduced output bit for bit (one split: the partial is the unrounded tile); the op returns them on both
-    backends (the reference: one partial), and refuses the prefill band."""
+    kernel-reduced output bit for bit (one split: the partial is the unrounded tile); ``reduced``: that in-kernel sum
+    as the one fp32 partial, the same bits for the consumer; the op returns partials on both backends (the reference:
+    one partial), and refuses the prefill band."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, M, K, N, bounds = 2, 3, 640, 256, [0, 128, 256]
@@ -214,7 +215,11 @@ def test_split_partials_out_bit_exact(name, splits, device):
     cfg = {**impl.DECODE[name], "splits": splits}
     parts = impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg, defer=True)
     assert parts.dtype == torch.float32 and parts.shape == (splits, M, N)
-    assert torch.equal(split_sum(parts), impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg))
+    want = impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg)
+    assert torch.equal(split_sum(parts), want)
+    one = impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg, defer=True, reduced=True)
+    assert one.dtype == torch.float32 and one.shape == (1, M, N) and torch.equal(split_sum(one), want)
+    assert torch.equal(one[0], parts.sum(0)) if splits == 1 else True  # one split: the same unrounded tile
     ref = call(A, AS, RS, w, bounds, False, "decode", "reference")
     for backend in ("reference", "triton"):
         got = torch.ops.radiance.w4a8_gemm_partials(A, AS, RS, w.wq, w.wh, w.sz, bounds, 4, False, backend)
@@ -222,6 +227,8 @@ def test_split_partials_out_bit_exact(name, splits, device):
         assert r <= REL and mx <= 4 * REL, (backend, r, mx)
     with pytest.raises(ValueError, match="decode-band form"):
         impl.gemm(A, AS, RS, w, bounds, False, "prefill", defer=True)
+    with pytest.raises(ValueError, match="reduced is a knob of the split partials form"):
+        impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg, reduced=True)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -860,9 +867,10 @@ def test_mma2_full_shapes(proj):
 @pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
 @pytest.mark.parametrize("proj", shapes.projections(1), ids=lambda p: p.name)
 def test_split_partials_full_shapes(proj):
-    """The served deferred decode configs (the table's pick for the partials form): summed in split order and
-    rounded, the partials are the same config's kernel-reduced output bit for bit, and the reference's at the GEMM
-    floor, for both activation elements, int4 and int5, M = 1, 8, 16."""
+    """The served deferred decode configs (the table's pick for the partials form, one partial where it is marked
+    ``reduced``): summed in split order and rounded, the partials are the same config's kernel-reduced output bit for
+    bit — so is that config's in-kernel sum handed as one fp32 partial (``reduced``) —, and the reference's at the
+    GEMM floor, for both activation elements, int4 and int5, M = 1, 8, 16."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
     from radiance_kernels.ops.w4a8_gemm import tuned
 
@@ -870,10 +878,14 @@ def test_split_partials_full_shapes(proj):
         w = prepare_codes(*weights(proj.K, proj.N, bits, seed=3, device="cuda"), bits)
         for M, elem in ((1, "e4m3"), (8, "int8"), (8, "e4m3"), (16, "int8"), (16, "e4m3")):
             A, AS, RS, _ = acts(proj.P, M, proj.K, elem, True, seed=M, device="cuda")
-            name = tuned.pick(torch.cuda.get_device_name(), "w4a8_gemm", "decode", M, proj.N, proj.K, elem, bits, True)
+            e = tuned.entry(torch.cuda.get_device_name(), "w4a8_gemm", "decode", M, proj.N, proj.K, elem, bits, True)
+            name, cfg = e and e["config"], e and impl.DECODE[e["config"]]
             parts = impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", defer=True)
-            want = impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", cfg=name and impl.DECODE[name])
+            assert parts.shape[0] == 1 or not (e and e.get("reduced")), (bits, M, elem, name, parts.shape[0])
+            want = impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", cfg=cfg)
             assert torch.equal(split_sum(parts), want), (bits, M, elem, name, parts.shape[0])
+            one = impl.gemm(A, AS, RS, w, list(proj.bounds), False, "decode", cfg=cfg, defer=True, reduced=True)
+            assert one.shape[0] == 1 and torch.equal(split_sum(one), want), (bits, M, elem, name)
             r, mx = gemm_error(want, call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference"))
             assert r <= REL and mx <= 4 * REL, (bits, M, elem, name, r, mx)
 

@@ -7,9 +7,10 @@ the GEMM's tail: the best config may differ (H200 call 105: gate_up → silu·mu
 at the table's 2). Pairs (:data:`PAIRS`): o_proj → add+RMSNorm (gate_up's rotate+quant), gate_up → silu·mul
 (down's), down → add+RMSNorm (the next layer's qkv, P = 3); out_proj has o_proj's shape (and producer). Every row is
 the pair over DRAM-fed weight copies in one CUDA graph; the reduced table pick is also timed reduced (``defer``
-False: the reference, not a candidate). ``rel_vs_reduced``: the partials' sum in split order (what the producer
-reads) against the reduced pick's output — split counts differ, so up to bf16 rounding, never a check of bits.
-:mod:`.tune` keys the deferred rows' winners ``defer`` in the table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`).
+False, ``reduced``: it sums its splits in the kernel and hands that fp32 sum to the producer as the one partial).
+``rel_vs_reduced``: the partials' sum in split order (what the producer reads) against the reduced pick's output —
+split counts differ, so up to bf16 rounding, never a check of bits. :mod:`.tune` makes each key's winner the table's
+``defer`` entry (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`), marked ``reduced`` where the reduced pick won.
 """
 
 from __future__ import annotations
@@ -69,25 +70,27 @@ def decode_pairs(record, results: list, ms: tuple[int, ...] = DECODE_M, names: l
             ref = None
             for cfg_name, defer in [(reduced, False)] + [(n, True) for n in candidates(act, reduced, names)]:
                 kernel, cfg = f"w4a8 gemm int{b} {cfg_name}", w4.DECODE[cfg_name]
+                form = {"defer": defer, "reduced": not defer}
                 try:
-                    out = _gemm(weights[0], pres[0], cfg, defer)
+                    out = activation(_gemm(weights[0], pres[0], cfg, defer))
                     t = graph_time([partial(pair, consume, wt, pre, cfg, defer)
                                     for wt, pre in zip(weights, pres, strict=True)])
                 except Exception as exc:  # noqa: BLE001 - a config that fails is recorded, the others still run
-                    results.append({"section": "decode_pairs", "kernel": kernel, **meta, "defer": defer,
+                    results.append({"section": "decode_pairs", "kernel": kernel, **meta, **form,
                                     "error": f"{type(exc).__name__}: {exc}"[:300]})
                     continue
                 ref = out if ref is None else ref
-                record("decode_pairs", kernel, t, **meta, defer=defer,
+                record("decode_pairs", kernel, t, **meta, **form,
                        splits=w4.config(M, proj.N, proj.K, "decode", False, cfg)["splits"],
-                       rel_vs_reduced=rel(activation(out) if defer else out, ref))
+                       rel_vs_reduced=rel(out, ref))
         del weights
 
 
 def _gemm(wt, pre, cfg, defer):
-    return w4.gemm(*pre, wt.w, wt.bounds, False, "decode", cfg=cfg, defer=defer)
+    """The GEMM's partials form: its split partials (``defer``), or its in-kernel sum as the one partial."""
+    return w4.gemm(*pre, wt.w, wt.bounds, False, "decode", cfg=cfg, defer=True, reduced=not defer)
 
 
 def pair(consume, wt, pre, cfg, defer):
-    """``consume`` of the GEMM on ``pre`` (its partials with ``defer``)."""
+    """``consume`` of the GEMM on ``pre`` in its partials form (:func:`_gemm`)."""
     return consume(_gemm(wt, pre, cfg, defer))

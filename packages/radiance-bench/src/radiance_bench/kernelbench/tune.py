@@ -2,8 +2,9 @@
 the per-GPU tuned-config table (:mod:`radiance_kernels.ops.w4a8_gemm.tuned`) from A/B bench results.
 
 For every (band, N, K, M, activation element, weight bits, deferred) measured, the config with the best time wins
-(``decode_pairs`` rows with ``defer``: the GEMM leaving its split partials, timed with the producer that reads them
-— their winners become the table's ``defer`` entries; that section's reduced reference rows are no candidates), each
+(``decode_pairs`` rows: the GEMM timed with the producer that reads its output — their winners become the table's
+``defer`` entries; where that section's reference row, the reduced pick summing its splits in the kernel, wins, the
+entry is marked ``reduced``), each
 config timed by the *last* input file that measured it there (inputs in measurement order: a later run times the current
 kernel, so its figure replaces an earlier one of code since changed, while configs it did not time keep theirs;
 ablation and failed rows, and configs no longer defined, are skipped; the element is the first word of a row's
@@ -40,28 +41,30 @@ def build(runs: list[dict], sources: list[str]) -> dict:
         for row in run["results"]:
             band = SECTIONS.get(row.get("section"))
             name = KERNEL.match(row["kernel"])
-            if band is None or "error" in row or row.get("ablation") or name is None or ":" in name[2] or \
-                    row["section"] == "decode_pairs" and not row["defer"]:
+            if band is None or "error" in row or row.get("ablation") or name is None or ":" in name[2]:
                 continue
             if name[2] not in (DECODE if band == "decode" else PREFILL):  # a config since removed
                 continue
             act = row.get("act", "e4m3").split()[0]
-            key = (band, row["N"], row["K"], act, int(name[1]), row.get("defer", False), row["M"])
-            this[key, name[2]] = min(this.get((key, name[2]), row["best_us"]), row["best_us"])
+            pair = row["section"] == "decode_pairs"  # (its reference rows before session 15: "defer" False)
+            key = (band, row["N"], row["K"], act, int(name[1]), pair, row["M"])
+            cand = (name[2], pair and row.get("reduced", not row["defer"]))
+            this[key, cand] = min(this.get((key, cand), row["best_us"]), row["best_us"])
         latest |= this
-    best: dict[tuple, tuple[float, str]] = {}
-    for (key, name), us in latest.items():
-        best[key] = min(best.get(key, (us, name)), (us, name))
+    best: dict[tuple, tuple[float, tuple[str, bool]]] = {}
+    for (key, cand), us in latest.items():
+        best[key] = min(best.get(key, (us, cand)), (us, cand))
     if not best:
         raise ValueError(f"tune: no {' / '.join(SECTIONS)} rows in the inputs")
     shapes: dict[tuple, list] = defaultdict(list)
-    for (band, N, K, act, bits, defer, M), (_, name) in sorted(best.items()):
-        shapes[band, N, K, act, bits, defer].append((M, name))
+    for (band, N, K, act, bits, defer, M), (_, cand) in sorted(best.items()):
+        shapes[band, N, K, act, bits, defer].append((M, *cand))
     table: dict = {"gpu": gpus.pop(), "source": sources, "w4a8_gemm": defaultdict(list)}
     for (band, N, K, act, bits, defer), points in shapes.items():
-        for M, name in points:
+        for M, name, reduced in points:
             table["w4a8_gemm"][band].append({"N": N, "K": K, "act": act, "bits": bits, "M_max": M, "config": name,
-                                             **({"defer": True} if defer else {})})
+                                             **({"defer": True} if defer else {}),
+                                             **({"reduced": True} if reduced else {})})
     return table
 
 

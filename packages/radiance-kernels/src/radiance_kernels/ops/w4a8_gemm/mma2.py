@@ -413,7 +413,7 @@ def _w4a8_mma2_kernel(
     mask = _along(mask_m, SWAP, True) & _along(mask_n, SWAP, False)
     out = out_ptr + _along(mo, SWAP, True) * stride_om + _along(no, SWAP, False)
     if SPLIT == 0:
-        gl.store(out, acc.to(gl.bfloat16), mask=mask)
+        gl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         part_ptrs = ws_ptr + _along(mo, SWAP, True) * N + _along(no, SWAP, False)
         gl.store(part_ptrs + gl.program_id(1).to(gl.int64) * M * N, acc, mask=mask)
@@ -424,7 +424,7 @@ def _w4a8_mma2_kernel(
 @gluon.jit
 def _reduce_partials(acc, part_ptrs, out, mask, cnt_ptr, M, N, RW: gl.constexpr):
     """The tile's split arrival: the last program of the tile (``cnt``) sums its ``S`` partials in split order from
-    zero (RW per L2 round trip), stores bf16 and resets the counter."""
+    zero (RW per L2 round trip), stores it as ``out``'s element (bf16 or fp32) and resets the counter."""
     S = gl.num_programs(1)
     _barrier()  # every thread's partial is written before the release below
     if gl.atomic_add(cnt_ptr + gl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
@@ -434,7 +434,7 @@ def _reduce_partials(acc, part_ptrs, out, mask, cnt_ptr, M, N, RW: gl.constexpr)
                 live = i0 + r < S
                 p = gl.load(part_ptrs + (i0 + r) * M * N, mask=mask & live, other=0.0, cache_modifier=".cg")
                 total = gl.where(live, total + p, total)
-        gl.store(out, total.to(gl.bfloat16), mask=mask)
+        gl.store(out, total.to(out.dtype.element_ty), mask=mask)
         gl.store(cnt_ptr + gl.program_id(0), 0)  # every arrival is in: the counter is free for the next launch
 
 

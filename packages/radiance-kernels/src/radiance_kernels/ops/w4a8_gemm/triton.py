@@ -235,17 +235,26 @@ def dot16(a, c, acc, OFF: tl.constexpr, HW: tl.constexpr, SH: tl.constexpr = 0, 
 
 
 @triton.jit
+def out_value(x, out_ptr, SOFT: tl.constexpr):
+    """fp32 ``x`` as ``out``'s element: fp32 as is (a reduced GEMM handing its sum as one split partial), else bf16."""
+    if out_ptr.dtype.element_ty == tl.float32:
+        return x
+    else:
+        return to_bf16(x, SOFT)
+
+
+@triton.jit
 def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M, N, stride_om,
                SPLIT: tl.constexpr, SOFT: tl.constexpr, RW: tl.constexpr = 4):
-    """Epilogue. SPLIT 0: bf16 ``out``. 1: fp32 partial ``ws[s]`` (summed by the host). 2: partial, then the tile's
-    arrival counter ``cnt[pid]``; the last program of the tile sums ``ws[0..S-1]`` in split order (deterministic),
-    stores bf16 and resets the counter to 0 (:func:`counters`), loading RW partials per step: its sum is a chain of
-    L2 round trips, one per step (4 is what the compiler's unroll of a plain loop gave; the "r" gemv configs of
-    :data:`DECODE` take more)."""
+    """Epilogue. SPLIT 0: ``out`` (bf16, or fp32: :func:`out_value`). 1: fp32 partial ``ws[s]`` (summed by the host
+    or the consumer). 2: partial, then the tile's arrival counter ``cnt[pid]``; the last program of the tile sums
+    ``ws[0..S-1]`` in split order (deterministic), stores it as ``out``'s element and resets the counter to 0
+    (:func:`counters`), loading RW partials per step: its sum is a chain of L2 round trips, one per step (4 is what the
+    compiler's unroll of a plain loop gave; the "r" gemv configs of :data:`DECODE` take more)."""
     mask = mask_m[:, None] & mask_n[None, :]
     out = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     if SPLIT == 0:
-        tl.store(out, to_bf16(acc, SOFT), mask=mask)
+        tl.store(out, out_value(acc, out_ptr, SOFT), mask=mask)
     else:
         part = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
         S = tl.num_programs(1)
@@ -259,7 +268,7 @@ def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M,
                         live = i0 + r < S
                         p = tl.load(part + (i0 + r) * M * N, mask=mask & live, other=0.0, cache_modifier=".cg")
                         total = tl.where(live, total + p, total)
-                tl.store(out, to_bf16(total, SOFT), mask=mask)
+                tl.store(out, out_value(total, out_ptr, SOFT), mask=mask)
                 tl.store(cnt_ptr + tl.program_id(0), 0)  # every arrival is in: the counter is free for the next launch
 
 
@@ -711,7 +720,7 @@ def counters(device, tiles: int) -> torch.Tensor:
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
            tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, prefill: str = PREFILL_DEFAULT,
            gemv=None, mma2=None, unpacked=None, blockwise=None, hopper=None, defer: bool = False,
-           **constexprs) -> torch.Tensor:
+           reduced: bool | None = None, **constexprs) -> torch.Tensor:
     """Shared band/tile/partition plumbing: ``kernel(*tensors, ws, out, cnt, M, N, K, b1, b2, stride_om,
     groups_per_split, ..., SPLIT, HW, BM, BN, BK, KS, GROUP_M)`` (+ ``DOT16`` ... ``PREDEQ`` where the kernel
     has them); ``cfg`` overrides the tile config, ``decode`` names the decode default (:func:`config`); a
@@ -720,9 +729,13 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     replaces the packed weights ``tensors[3]`` when the config sets ``predeq``; a ``blockwise`` config returns
     ``blockwise(out)`` (the op's library path) instead of a kernel launch, a ``wgmma`` one ``hopper(out, cfg)`` (the
     op's Gluon Hopper kernel). ``defer`` (decode band): return the fp32 split partials ``[S, M, N]`` as stored, no
-    reduction (the consumer sums them in split order; ``out`` unused), whatever the tile config."""
+    reduction (the consumer sums them in split order; ``out`` unused), whatever the tile config — unless ``reduced``
+    (None: the tuned table's ``reduced`` mark on the pick), which hands the in-kernel split-order sum as the one fp32
+    partial ``[1, M, N]``: the same bits for the consumer, from the reduced GEMM where its pair runs faster so."""
     if not all(t.is_contiguous() for t in tensors):
         raise ValueError(f"{op}: the triton backend needs contiguous weights (prepare() output, unsliced)")
+    if defer and out is not None:
+        raise ValueError(f"{op}: the split partials form (defer) allocates its own output")
     if out is None:
         out = torch.empty(M, N, dtype=torch.bfloat16, device=device)
     else:
@@ -734,18 +747,25 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         raise ValueError(f"{op}: dot16 / nib8 / swap / ablate / apre / predeq are not knobs of this kernel")
     interp = triton_interpreted()
     band = resolve_band(band, M, op)
+    if defer and band != "decode":
+        raise ValueError(f"{op}: split partials out (defer) is a decode-band form, got band {band!r}")
+    if reduced and not defer:
+        raise ValueError(f"{op}: reduced is a knob of the split partials form (defer)")
     if cfg is None and not interp and torch.device(device).type == "cuda":  # the GPU's committed A/B winner
         act = "int8" if constexprs.get("INT8") else "e4m3"
-        name = tuned.pick(torch.cuda.get_device_name(device), op, band, M, N, K, act, constexprs.get("BITS", 4),
-                          defer)
-        cfg = None if name is None else (DECODE if band == "decode" else PREFILL)[name]
+        entry = tuned.entry(torch.cuda.get_device_name(device), op, band, M, N, K, act, constexprs.get("BITS", 4),
+                            defer)
+        cfg = None if entry is None else (DECODE if band == "decode" else PREFILL)[entry["config"]]
+        if reduced is None:
+            reduced = bool(defer and entry and entry.get("reduced"))
+    if reduced:  # the partials form reduced in the kernel: its fp32 sum is the one partial
+        parts = torch.empty(1, M, N, dtype=torch.float32, device=device)
+        out, defer = parts[0], False
     if gemv is None and cfg and cfg.get("gemv"):
         raise ValueError(f"{op}: has no gemv kernel (a W4A8 GEMM knob)")
     if mma2 is None and cfg and cfg.get("mma2"):
         raise ValueError(f"{op}: has no mma2 kernel (a W4A8 GEMM knob)")
     cfg = config(M, N, K, band, interp, cfg, decode, prefill)
-    if defer and band != "decode":
-        raise ValueError(f"{op}: split partials out (defer) is a decode-band form, got band {band!r}")
     if cfg["blockwise"]:
         if blockwise is None:
             raise ValueError(f"{op}: has no blockwise path (a W4A8 GEMM prefill config)")
@@ -812,13 +832,14 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         return ws
     if split == 1:
         out[:M].copy_(ws.sum(0))
-    return out
+    return parts if reduced else out
 
 
 def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "auto",
-         out: torch.Tensor | None = None, cfg: dict | None = None, defer: bool = False) -> torch.Tensor:
+         out: torch.Tensor | None = None, cfg: dict | None = None, defer: bool = False,
+         reduced: bool | None = None) -> torch.Tensor:
     """Triton W4A8/W5A8 GEMM → bf16 [M, N] (or rows < M of ``out``; ``defer``: its fp32 split partials [S, M, N],
-    :func:`launch`); ``cfg`` overrides :func:`config`."""
+    ``reduced``: their in-kernel sum as one, :func:`launch`); ``cfg`` overrides :func:`config`."""
     P, M, K, N, grouped = check_inputs(A, AS, RS, w, bounds, "w4a8_gemm")
     wh = w.wh if w.bits == 5 else w.wq  # unused pointer for int4
     from radiance_kernels.ops.w4a8_gemm.gemv import _w4a8_gemv_kernel  # it imports this module's tile helpers
@@ -850,7 +871,7 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
         (A, AS, RS.contiguous(), w.wq, wh, w.sz), cfg,
         gemv=_w4a8_gemv_kernel, mma2=_mma2_kernel, decode=GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT,
         prefill=prefill,
-        unpacked=lambda: unpack_w8(w, int8), blockwise=library, hopper=hopper, defer=defer,
+        unpacked=lambda: unpack_w8(w, int8), blockwise=library, hopper=hopper, defer=defer, reduced=reduced,
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
