@@ -1,10 +1,12 @@
-"""Probe (GPU): whether programmatic dependent launch pays in a decode chain of served linears (the stream
-producer, then the ring GEMM, over enough weight copies to stream from DRAM), per-linear time inside one CUDA
-graph. Each variant sets whether the producers are launched as programmatic dependents (waiting for their
-predecessor at their start), whether the GEMM lets the next launch start after its group loop, and whether the split
-add+RMSNorm's first launch (the sum-of-squares partials) lets its main launch start as it starts. Outputs are
-checked equal to the plain launches'. Writes ``$OUT/probe_pdl.json``. (H200 call 73 ran this at commit 75e9c4c,
-with further role sets: the GEMM launched as its producer's dependent — slower — and other trigger points.)
+"""Probe (GPU): whether programmatic dependent launch pays in a decode chain of served linears (the stream producer,
+then the ring GEMM, over enough weight copies to stream from DRAM), per-linear time inside one CUDA graph. Each
+variant sets whether the producers are launched as programmatic dependents (waiting for their predecessor at their
+start), whether the GEMM lets the next launch start after its group loop, and whether the split add+RMSNorm's first
+launch (the sum-of-squares partials) lets its main launch start as it starts. Outputs are checked equal to the plain
+launches'. Session 15 added the GEMM launched as its producer's dependent with the producer not triggering (the
+dependent grid starts as the producer's programs exit). Writes ``$OUT/probe_pdl.json``. (H200 call 73 ran this at
+commit 75e9c4c, with further role sets: the GEMM launched as its producer's dependent — slower — and other trigger
+points.)
 
     PYTHONPATH=packages/radiance-kernels/src:packages/radiance-bench/src OUT=dir python3 tools/device/probe_pdl.py
 """
@@ -18,9 +20,11 @@ from radiance_kernels.ops.stream import triton as st
 from radiance_kernels.ops.w4a8_gemm import mma2
 from radiance_kernels.shapes import projections
 
-#: name: (producers wait, GEMM triggers, the split add+RMSNorm's partials launch triggers)
-VARIANTS = {"none": (0, 0, 0), "gemm->prod": (1, 1, 1), "gemm->prod, partials no trigger": (1, 1, 0),
-            "prod waits only": (1, 0, 0), "gemm triggers only": (0, 1, 0)}
+#: name: (producers wait, GEMM triggers, the split add+RMSNorm's partials launch triggers, the GEMM is launched as
+#: its producer's programmatic dependent and waits at its start — the producer never triggers: its programs' exits do)
+VARIANTS = {"none": (0, 0, 0, 0), "gemm->prod": (1, 1, 1, 0), "gemm->prod, partials no trigger": (1, 1, 0, 0),
+            "prod waits only": (1, 0, 0, 0), "gemm triggers only": (0, 1, 0, 0),
+            "gemm->prod, prod exit->gemm": (1, 1, 1, 1), "prod exit->gemm only": (0, 0, 0, 1)}
 ORIG = {"prologue": st._prologue_kernel, "partials": st._ss_partials_kernel, "gemm": mma2._w4a8_mma2_kernel}
 
 
@@ -39,10 +43,10 @@ class Roles:
 
 
 def use(variant: str) -> None:
-    wait, trigger, partials = map(bool, VARIANTS[variant])
+    wait, trigger, partials, gemm_waits = map(bool, VARIANTS[variant])
     st._prologue_kernel = Roles(ORIG["prologue"], WAIT=wait, launch_pdl=wait)
     st._ss_partials_kernel = Roles(ORIG["partials"], WAIT=wait, TRIGGER=partials, launch_pdl=wait)
-    mma2._w4a8_mma2_kernel = Roles(ORIG["gemm"], TRIGGER=trigger)
+    mma2._w4a8_mma2_kernel = Roles(ORIG["gemm"], TRIGGER=trigger, WAIT=gemm_waits, launch_pdl=gemm_waits)
 
 
 res = []

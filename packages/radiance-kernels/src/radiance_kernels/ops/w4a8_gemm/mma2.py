@@ -272,8 +272,10 @@ def _w4a8_mma2_kernel(
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
     K8: gl.constexpr = False, STAGES: gl.constexpr = 0, GPS: gl.constexpr = 1, ABLATE: gl.constexpr = 0,
-    SWAP: gl.constexpr = False, TRIGGER: gl.constexpr = False,
+    SWAP: gl.constexpr = False, TRIGGER: gl.constexpr = False, WAIT: gl.constexpr = False,
 ):
+    if WAIT:  # launched as a programmatic dependent: the previous grid complete and its writes visible from here on
+        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
     SLOTS: gl.constexpr = 8 * KW  # the MMA's k
