@@ -33,6 +33,8 @@ def test_switch_is_scoped(device):
 @pytest.mark.parametrize("cfg,elem", [("mma2n64t2s", "e4m3"), ("mma8n64t2s", "int8"), ("mma8n64t2o12", "int8"),
                                       ("gemv_o8", "int8"), ("gemv_o8", "e4m3")])
 def test_programmatic_launch_waits_for_its_producer(cfg, elem):
+    """A chain of producers and decode GEMMs, each launch a programmatic dependent of the one before (the GEMM of
+    its producer, the producer of the GEMM), gives the plain launches' bits, eager and replayed in a CUDA graph."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     M, K, layers = 8, 640, 6

@@ -368,7 +368,7 @@ VARIANTS = ((False, 2, False, 0, 0, 0, 4), (True, 0, False, 0, 0, 0, 4), (False,
 for int8, pf, k8, st, swap, trigger, bits in VARIANTS:
     BM = 8 if swap else 16
     ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf,
-              K8=k8, STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), TRIGGER=bool(trigger))
+              K8=k8, STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), TRIGGER=bool(trigger), WAIT=bool(trigger))
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     if st:
@@ -419,13 +419,13 @@ def test_mma2_compiles_for_sm90():
     inline PTX, each operand kind issues its MMA (8-bit operands: k32, half as many), the fp16 kind converts e4m3
     activations by the paired convert, and nothing is stored to shared memory before the epilogue's atomic (no
     operand staging: the ring's words come by TMA, its ``[16, 64]`` / ``[64]`` tiles in four stages; the fragments'
-    relabelling from them is register-only, else the compile fails); with TRIGGER it lets the next launch start
-    once (and never waits: it is not launched as a programmatic dependent)."""
+    relabelling from them is register-only, else the compile fails); with TRIGGER and WAIT (set together where
+    launches chain) it lets the next launch start once and waits for the one before it once."""
     for r in compiled_for_sm90(MMA2_SM90):
         assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
         assert r["n_mma"] >= (4 if r["k8"] else 8) and not r["st_loop"], r
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
-        assert r["gdc"] == [0, r["trigger"]], r  # TRIGGER: the next launch may start (once); the kernel never waits
+        assert r["gdc"] == [r["trigger"], r["trigger"]], r  # WAIT: for the launch before; TRIGGER: the next may start
         if r["st"]:  # int5: a fourth tile, the fifth-bit bytes [16, 64]
             fifth = r["bits"] == 5
             assert r["tma"] >= 3 + fifth, r

@@ -66,8 +66,8 @@ _PROGRAMMATIC = [True]
 
 def set_programmatic_launch(on: bool) -> bool:
     """Chain launches by programmatic dependent launch from now on (``on``) or not; returns the previous setting.
-    Where it holds, the decode GEMM lets the next launch start after its loop and the producers are launched as
-    dependents that wait (``griddepcontrol.wait``) before touching memory. A launch-time choice: a CUDA graph keeps
+    Where it holds, the decode GEMM lets the next launch start after its loop, and it and the producers are launched
+    as dependents that wait (``griddepcontrol.wait``) before touching memory. A launch-time choice: a CUDA graph keeps
     the edges of its capture. On by default (the vLLM plugin's ``RADIANCE_PDL``)."""
     prev = _PROGRAMMATIC[0]
     _PROGRAMMATIC[0] = bool(on)

@@ -25,15 +25,16 @@ int5: bit 4 of ``q[8i + j]`` is bit ``j`` of the byte ``wh[16 g + i]``; four suc
 four bytes' bit 4 by one multiply (``(x * 0x204081) & 0x01010101``: copies at shifts 0/7/14/21 never
 collide). Program: ``BN`` columns x all ``BM`` tokens over its split's groups; splits as the tensor-core
 decode band (partials summed in split order by the tile's last program, :func:`.triton.store_tile`).
-The ZPE flag is moot here: the zero-point term is folded in the loop at no extra pass. ``TRIGGER`` (as
-:mod:`.mma2`'s): after its group loop each program lets the next launch, a programmatic dependent, start.
+The ZPE flag is moot here: the zero-point term is folded in the loop at no extra pass. ``TRIGGER`` / ``WAIT`` (as
+:mod:`.mma2`'s): after its group loop each program lets the next launch, a programmatic dependent, start; launched as
+one itself, it waits for the launch before it at its start.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from radiance_kernels.ops.w4a8_gemm.triton import (
     NO_SPECIALIZE,
@@ -131,7 +132,10 @@ def _w4a8_gemv_kernel(
     BITS: tl.constexpr, INT8: tl.constexpr, GROUP_AS: tl.constexpr, SPLIT: tl.constexpr, RW: tl.constexpr,
     HW: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PTX: tl.constexpr, TRIGGER: tl.constexpr = False,
+    WAIT: tl.constexpr = False,
 ):
+    if WAIT:  # as the mma2 kernel: launched as a programmatic dependent, the previous grid complete from here on
+        gdc_wait()
     part, offs_m, offs_n, mask_m, mask_n, g_lo, g_hi = tile_setup(M, N, K, b1, b2, groups_per_split, BM, BN, BK, 1)
     G = K // BK
     rows = tl.minimum(offs_m, M - 1)  # clamped, so the loop's loads need no masks (stores are masked)

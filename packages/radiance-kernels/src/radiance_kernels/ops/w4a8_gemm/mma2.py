@@ -59,9 +59,12 @@ one mask, one multiply and one ``lop3`` (349 against 205 instructions; H200 call
 next launch start (``griddepcontrol.launch_dependents``): the next layer's producer, launched as a programmatic
 dependent, is scheduled during the split reduction and the epilogue and waits there for this grid. H200 call 73
 (``tools/device/probe_pdl.py``, served chains at M = 8, per linear): 0.5-0.8 us saved (out_proj 16.2 -> 15.5 us,
-down 25.9 -> 25.3); the other way round — this kernel launched early as its producer's dependent, waiting in its
-prologue — cost 1-16 us per linear (gate_up 41.9 -> 57.6 us), whether the wait came before or after its first weight
-tiles.
+down 25.9 -> 25.3); the other way round — this kernel launched early as its producer's dependent, the producer
+triggering as it starts and this kernel waiting in its prologue — cost 1-16 us per linear (gate_up 41.9 -> 57.6 us),
+whether the wait came before or after its first weight tiles. ``WAIT``: launched as the dependent of the launch before
+it, which never triggers, so this grid is scheduled as that one's programs exit (no program of this kernel waits
+beside a running one) and waits at its start (``griddepcontrol.wait``) for its completion: H200 call 112, the same
+chains, -0.5 to +0.1 us per linear (out_proj 15.2 -> 14.7, qkv 24.4 -> 24.1).
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens (swap-AB: tiles of 8) x ``BN`` columns, warps side by side along N; splits

@@ -806,12 +806,15 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
                           APRE=cfg["apre"], PREDEQ=cfg["predeq"])
     if cfg["predeq"]:
         tensors = (*tensors[:3], unpacked(), *tensors[4:])
+    pdl = {}
     if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
+        if programmatic_launch_on(device):  # the next producer may start after the loop; this launch is one of the
+            constexprs.update(TRIGGER=True, WAIT=True)  # launch before it, scheduled as that one's programs exit
+            pdl = {"launch_pdl": True}
     if cfg["mma2"]:
         constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]],
-                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"],
-                          TRIGGER=programmatic_launch_on(device))  # the next producer may start after the loop
+                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"])
         if cfg["ring"]:
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
@@ -820,13 +823,12 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
             tensors = (a, a_scales, a_sums, wq, wh if wh_desc is None else wh_desc, sz)
     elif cfg["gemv"]:
         constexprs["PTX"] = not interp and torch.version.cuda is not None and torch.device(device).type == "cuda"
-        constexprs["TRIGGER"] = programmatic_launch_on(device)
     else:
         constexprs.update(KS=cfg["KS"], GROUP_M=cfg["GROUP_M"])
     kernel[(tiles, cfg["splits"])](
         *tensors, ws, out, cnt, M, N, K, b[1], b[2], out.stride(0), cfg["per"],
         SPLIT=split, RW=cfg["rw"], HW=not interp, BM=cfg["BM"], BN=bn, BK=GROUP,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **constexprs,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **constexprs, **pdl,
     )
     if defer:
         return ws
