@@ -18,3 +18,17 @@ def save(name: str, rows: list[dict], line) -> None:
         json.dump(rows, f, indent=1)
     for r in rows:
         print(line(r))
+
+
+class Roles:
+    """A jitted kernel whose launches get ``kw`` over the launcher's own keywords."""
+
+    def __init__(self, kernel, **kw):
+        self.kernel, self.kw = kernel, kw
+
+    def __getitem__(self, grid):
+        run = self.kernel[grid]
+        return lambda *a, **k: run(*a, **{**k, **self.kw})
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)

@@ -12,7 +12,7 @@ points.)
 """
 
 import torch
-from probe_out import record, save
+from probe_out import Roles, record, save
 
 from radiance_bench.kernelbench.cases import producer_calls, w4_weight, w4a8_gemm
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
@@ -26,20 +26,6 @@ VARIANTS = {"none": (0, 0, 0, 0), "gemm->prod": (1, 1, 1, 0), "gemm->prod, parti
             "prod waits only": (1, 0, 0, 0), "gemm triggers only": (0, 1, 0, 0),
             "gemm->prod, prod exit->gemm": (1, 1, 1, 1), "prod exit->gemm only": (0, 0, 0, 1)}
 ORIG = {"prologue": st._prologue_kernel, "partials": st._ss_partials_kernel, "gemm": mma2._w4a8_mma2_kernel}
-
-
-class Roles:
-    """A jitted kernel whose launches get ``kw`` over the launcher's own keywords."""
-
-    def __init__(self, kernel, **kw):
-        self.kernel, self.kw = kernel, kw
-
-    def __getitem__(self, grid):
-        run = self.kernel[grid]
-        return lambda *a, **k: run(*a, **{**k, **self.kw})
-
-    def __getattr__(self, name):
-        return getattr(self.kernel, name)
 
 
 def use(variant: str) -> None:
