@@ -22,10 +22,8 @@ for operation.
 Where :func:`radiance_kernels.backends.programmatic_launch_on` holds, every launch here is a programmatic
 dependent (``WAIT``): scheduled as soon as the launch before it lets it (the decode GEMM does after its group loop,
 the split add+RMSNorm's partials launch as it starts), its programs wait for that grid before reading or writing
-anything; the launch's latency hides behind its predecessor's tail. The main launch in turn lets the next launch (the
-decode GEMM, a dependent too) start once that wait is over (``TRIGGER``): the GEMM's programs are scheduled and fetch
-their first weight tiles while the producer computes, never beside the GEMM before it (a GEMM scheduled while the GEMM
-before it still ran lost 1-16 us, H200 call 73, :mod:`radiance_kernels.ops.w4a8_gemm.mma2`).
+anything; the launch's latency hides behind its predecessor's tail. Not the other way round: a GEMM scheduled early
+behind its producer lost (H200 call 73, :mod:`radiance_kernels.ops.w4a8_gemm.mma2`).
 """
 
 from __future__ import annotations
@@ -181,16 +179,13 @@ def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.con
 
 
 @triton.jit
-def _programmatic_start(WAIT: tl.constexpr, EARLY: tl.constexpr = False, LATE: tl.constexpr = False):
-    """EARLY: let the next launch (a programmatic dependent) start now; WAIT (launched as one): wait for the
-    previous launch's grid, complete and its writes visible, before reading or writing anything; LATE: let the next
-    launch start after that wait (so not beside the previous launch's programs)."""
-    if EARLY:
+def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False):
+    """TRIGGER: let the next launch (a programmatic dependent) start now; WAIT (launched as one): wait for the
+    previous launch's grid, complete and its writes visible, before reading or writing anything."""
+    if TRIGGER:
         gdc_launch_dependents()
     if WAIT:
         gdc_wait()
-    if LATE:
-        gdc_launch_dependents()
 
 
 @triton.jit
@@ -199,7 +194,7 @@ def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, sxa, sxb, part_ptr, M,
                         TRIGGER: tl.constexpr):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
     per (BM-row block, group). TRIGGER: the main launch may start at once (it waits for this grid)."""
-    _programmatic_start(WAIT, EARLY=TRIGGER)
+    _programmatic_start(WAIT, TRIGGER)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
     g = tl.program_id(1)
@@ -251,9 +246,9 @@ def _prologue_kernel(
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
     SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, WAIT: tl.constexpr,
-    XA: tl.constexpr = 0, XB: tl.constexpr = 0, TRIGGER: tl.constexpr = False,
+    XA: tl.constexpr = 0, XB: tl.constexpr = 0,
 ):
-    _programmatic_start(WAIT, LATE=TRIGGER)
+    _programmatic_start(WAIT)
     p = tl.program_id(0)
     rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
@@ -447,7 +442,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[dt], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, XA=xa, XB=xb, TRIGGER=pdl,
-            num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl,
+            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, XA=xa, XB=xb, num_warps=num_warps,
+            enable_fp_fusion=False, launch_pdl=pdl,
         )
     return out

@@ -62,12 +62,9 @@ dependent, is scheduled during the split reduction and the epilogue and waits th
 down 25.9 -> 25.3); the other way round — this kernel launched early as its producer's dependent, the producer
 triggering as it starts and this kernel waiting in its prologue — cost 1-16 us per linear (gate_up 41.9 -> 57.6 us),
 whether the wait came before or after its first weight tiles. ``WAIT``: launched as the dependent of the launch before
-it (a producer), so this grid is scheduled when every program of that one triggers (the stream producers do once
-their own wait is over: never beside the GEMM before them) or exits; the ring issues its first stages' weight tiles,
-then waits (``griddepcontrol.wait``) for that grid's completion before its activation tiles and rows, the other
-configs at their start. H200 call 112 (scheduled at the producer's exits, waiting at the start): the same chains
--0.5 to +0.1 us per linear (out_proj 15.2 -> 14.7, qkv 24.4 -> 24.1); call 113: the chained 64-layer stack
--0.05 to -4.7 % (int4 e4m3 deferred 6.59 -> 6.28 ms).
+it, which never triggers, so this grid is scheduled as that one's programs exit (no program of this kernel waits
+beside a running one) and waits at its start (``griddepcontrol.wait``) for its completion: H200 call 112, the same
+chains, -0.5 to +0.1 us per linear (out_proj 15.2 -> 14.7, qkv 24.4 -> 24.1).
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens (swap-AB: tiles of 8) x ``BN`` columns, warps side by side along N; splits
@@ -211,30 +208,21 @@ def _rows_to_shared(x_ptr, part, m0, M, G, g_lo, g_hi, BM: gl.constexpr, GPS: gl
 
 
 @gluon.jit
-def _grid_wait():
-    """``griddepcontrol.wait``: the previous launch (this one's programmatic prerequisite) complete, its writes
-    visible."""
-    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred, BITS: gl.constexpr, WHAT: gl.constexpr = 3):
+def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred, BITS: gl.constexpr):
     """TMA group g's weight words ``[16, BN]`` (int5: and their fifth-bit bytes ``[16, BN]``), activation words
     ``[16 rows, 16]`` (int64; rows from the partition's first: those past M are not stored) and scale / zero words
     ``[BN]`` (``sz`` flat: a partial last tile reads the next group's head, columns that are not stored) into stage
-    ``st``. ``WHAT``: 3 all of them, 1 the weights' (the stage's barrier set for all), 2 then the activations'."""
+    ``st``."""
     wq_desc, a_desc, sz_desc, wh_desc = descs
     bars = ring[3]
     nbytes: gl.constexpr = wq_desc.block_type.nbytes + a_desc.block_type.nbytes + sz_desc.block_type.nbytes + \
         (wh_desc.block_type.nbytes if BITS == 5 else 0)
-    if WHAT & 1:
-        mbarrier.expect(bars.index(st), nbytes, pred=pred)
-        tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), ring[0].index(st), pred=pred)
-        tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), ring[2].index(st), pred=pred)
-        if BITS == 5:
-            tma.async_copy_global_to_shared(wh_desc, [g * 16, n0], bars.index(st), ring[4].index(st), pred=pred)
-    if WHAT & 2:
-        tma.async_copy_global_to_shared(a_desc, [a_row, g * 16], bars.index(st), ring[1].index(st), pred=pred)
+    mbarrier.expect(bars.index(st), nbytes, pred=pred)
+    tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), ring[0].index(st), pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [a_row, g * 16], bars.index(st), ring[1].index(st), pred=pred)
+    tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), ring[2].index(st), pred=pred)
+    if BITS == 5:
+        tma.async_copy_global_to_shared(wh_desc, [g * 16, n0], bars.index(st), ring[4].index(st), pred=pred)
 
 
 @gluon.constexpr_function
@@ -289,8 +277,8 @@ def _w4a8_mma2_kernel(
     K8: gl.constexpr = False, STAGES: gl.constexpr = 0, GPS: gl.constexpr = 1, ABLATE: gl.constexpr = 0,
     SWAP: gl.constexpr = False, TRIGGER: gl.constexpr = False, WAIT: gl.constexpr = False,
 ):
-    if WAIT and not STAGES:  # launched as a programmatic dependent: the previous grid complete from here on
-        _grid_wait()
+    if WAIT:  # launched as a programmatic dependent: the previous grid complete and its writes visible from here on
+        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
     SLOTS: gl.constexpr = 8 * KW  # the MMA's k
@@ -323,12 +311,8 @@ def _w4a8_mma2_kernel(
             ring = (w_s, a_s, s_s, bars)
         for i in gl.static_range(STAGES):
             mbarrier.init(ring[3].index(i), count=1)
-        for i in gl.static_range(STAGES):  # WAIT: the weights' tiles before the previous grid is done (it writes none)
-            _tiles_to_shared(descs, ring, i, g_lo + i, part * M + m0, n0, N, g_lo + i < g_hi, BITS, 1 if WAIT else 3)
-        if WAIT:
-            _grid_wait()
-            for i in gl.static_range(STAGES):
-                _tiles_to_shared(descs, ring, i, g_lo + i, part * M + m0, n0, N, g_lo + i < g_hi, BITS, 2)
+        for i in gl.static_range(STAGES):
+            _tiles_to_shared(descs, ring, i, g_lo + i, part * M + m0, n0, N, g_lo + i < g_hi, BITS)
         rs_s = _rows_to_shared(rs_ptr, part, m0, M, G, g_lo, g_hi, BM, GPS, NW)
         as_s = _rows_to_shared(as_ptr, part, m0, M, G, g_lo, g_hi, BM, GPS, NW) if GROUP_AS else rs_s
         _barrier()
