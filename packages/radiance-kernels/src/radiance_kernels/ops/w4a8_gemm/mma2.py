@@ -67,7 +67,7 @@ beside a running one) and waits at its start (``griddepcontrol.wait``) for its c
 chains, -0.5 to +0.1 us per linear (out_proj 15.2 -> 14.7, qkv 24.4 -> 24.1); call 113, the chained 64-layer stack
 in one process: -0.05 to -4.7 % (int4 e4m3 deferred 6.59 -> 6.28 ms). Scheduled earlier — the producer triggering once
 its own wait is over, so this grid lands beside the producer's programs, with the ring's weight tiles issued before
-the wait — the stack lost 17-30 % (call 114): reverted.
+the wait — the stack lost 3-34 % (call 114): reverted.
 
 NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
 math and weight layout. Tile: 16 tokens (swap-AB: tiles of 8) x ``BN`` columns, warps side by side along N; splits
