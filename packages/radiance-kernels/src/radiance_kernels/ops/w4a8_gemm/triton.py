@@ -809,8 +809,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     pdl = {}
     if cfg["gemv"] or cfg["mma2"]:
         constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
-        if programmatic_launch_on(device):  # the next producer may start after the loop; this launch is one of the
-            constexprs.update(TRIGGER=True, WAIT=True)  # launch before it, scheduled as that one's programs exit
+        if programmatic_launch_on(device):  # the next producer may start after the loop; this launch is the
+            constexprs.update(TRIGGER=True, WAIT=True)  # dependent of the one before, scheduled as its programs exit
             pdl = {"launch_pdl": True}
     if cfg["mma2"]:
         constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]],
