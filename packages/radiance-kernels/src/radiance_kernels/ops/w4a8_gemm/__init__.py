@@ -9,7 +9,8 @@ prefill), "decode" or "prefill"; ``zpe`` selects the zero-point epilogue (same r
 partials ``[S, M, N]`` — their sum in split order from zero, rounded to bf16, is ``w4a8_gemm``'s output bit for bit
 (the kernel's own reduction) — for a consumer that reads its input as partials (the stream producers) and so takes
 the split reduction off the GEMM's tail: no arrival count, no last program's L2 round trips (H200 call 100: 1.4-5.2
-us per decode GEMM).
+us per decode GEMM). ``S`` is the tuned config's split count, or 1 where the GPU's table marks the shape ``reduced``
+(the GEMM sums its splits in the kernel: :mod:`.tuned`); the reference backend returns one partial.
 """
 
 import torch
