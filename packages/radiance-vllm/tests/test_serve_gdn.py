@@ -1,7 +1,8 @@
 """The fused producers on a served Gated DeltaNet hybrid with dense MLPs (the layout of the 27B-class targets): the
-tiny ``qwen3-next-dense`` int4 checkpoint in bf16 (GDN layer, attention layer, each with a dense MLP, and a last MoE
-layer that stays unfused). Three servers, one at a time: the producers with deferred split reductions (the default),
-the producers with every GEMM reducing its own, and no producers.
+tiny ``qwen3-next-dense`` int4 checkpoint in bf16 (GDN layer, attention layer with its output gate, each with a
+dense MLP, and a last GDN layer with an MoE block, which gets its mixer's producers only). Three servers, one at a
+time: the producers with deferred split reductions (the default), the producers with every GEMM reducing its own,
+and no producers.
 
 - deferred vs reduced: greedy completions and full prompt log-probabilities identical (the partials summed in split
   order are the GEMM's output bit for bit);
@@ -10,7 +11,8 @@ the producers with every GEMM reducing its own, and no producers.
   and with it an activation code: test_stream.py bounds the norms to 1-2 ulp), and the greedy completions equal up
   to their first near tie: where they part, the two candidates lie within 2 x LOGPROB_TOL of each other (this
   untrained model's distributions are nearly flat, so such ties come within 16 tokens);
-- the log names the fused layers (2) and the deferred GEMMs (5: both gate_up, out_proj and o_proj, layer 0's down).
+- the log names the fused layers (3: 2 with their MLP's, 1 attention output gate) and the deferred GEMMs (6: both
+  gate_up, out_proj and o_proj, both downs — layer 1's to the MoE layer's input norm).
 """
 
 from __future__ import annotations
@@ -60,9 +62,10 @@ def _stream_line(log: str) -> str:
     return next(ln for ln in log.splitlines() if LOG_LINE in ln)
 
 
-def test_producers_installed_on_the_dense_layers_with_deferred_gemms(runs):
-    assert "installed on 2 decoder layers; 5 GEMMs leave" in _stream_line(runs["deferred"]["log"])
-    assert "installed on 2 decoder layers; 0 GEMMs leave" in _stream_line(runs["reduced"]["log"])
+def test_producers_installed_with_deferred_gemms(runs):
+    fused = "installed on 3 decoder layers (MLP on 2; attention output gate on 1); "
+    assert fused + "6 GEMMs leave" in _stream_line(runs["deferred"]["log"])
+    assert fused + "0 GEMMs leave" in _stream_line(runs["reduced"]["log"])
     assert LOG_LINE not in runs["unfused"]["log"]
 
 

@@ -18,6 +18,17 @@ def test_handed_activations_are_used_only_for_their_tensor():
     assert stream.take(layer, x) is None  # consumed once
 
 
+def test_a_consumer_its_producer_did_not_feed_raises():
+    """A consumer with a producer installed that meets an input nobody handed it (a forward bypassing the producer)
+    raises rather than rotating it itself."""
+    layer, x = Consumer(), torch.zeros(3, 128)
+    layer.radiance_fed_by = "input_layernorm"
+    with pytest.raises(stream.StreamPartitionError, match=r"gate_up_proj: .* \(input_layernorm\) did not hand"):
+        stream.take(layer, x)
+    stream._hand_over(layer, x, torch.zeros(2, 3, 128, dtype=torch.uint8), torch.zeros(2, 3), torch.zeros(2, 3))
+    assert stream.take(layer, x) is not None
+
+
 def test_partition_count_guard_raises_instead_of_reading_past_the_buffer():
     layer, x = Consumer(), torch.zeros(3, 128)
     stream._hand_over(layer, x, torch.zeros(1, 3, 128, dtype=torch.uint8), torch.zeros(1, 3), torch.zeros(1, 3))
@@ -111,15 +122,16 @@ def test_install_points_gemms_at_the_producers_that_read_them(row_tp, vllm_confi
     assert not any(hasattr(m, "radiance_defer_to") for m in plain.modules())
 
 
-def test_gdn_hybrid_gets_the_producers_and_moe_layers_stay_unfused(vllm_config):
+def test_gdn_hybrid_gets_the_producers_and_moe_layers_their_mixers(vllm_config):
     """[GDN, attention, GDN + MoE] with Gemma norms: the input norm feeds in_proj_qkvz (in_proj_ba, bf16, reads the
     same hidden states untouched), the gated RMSNorm feeds out_proj, out_proj defers to the post-attention norm, the
-    GDN layer's down to the attention layer's input norm, and the attention layer's down to nothing (the MoE layer
-    after it is unfused)."""
+    GDN layer's down to the attention layer's input norm, and the attention layer's down to the MoE layer's input
+    norm; the MoE layer gets its mixer's producers only (its post-attention norm feeds the router and the experts)
+    and its out_proj defers to nothing."""
     model = torch.nn.ModuleList([_decoder_layer(mixer="linear_attn", gemma=True), _decoder_layer(gemma=True),
                                  _decoder_layer(mixer="linear_attn", mlp="moe", gemma=True)])
-    moe_norms = (model[2].input_layernorm, model[2].linear_attn.norm)
-    assert stream.install(model, defer_gemms=True) == 2
+    moe_post = model[2].post_attention_layernorm
+    assert stream.install(model, defer_gemms=True) == 3
     gdn, attn, moe = model
     assert isinstance(gdn.input_layernorm, stream.StreamRMSNorm) and gdn.input_layernorm.gemma
     assert gdn.input_layernorm.consumer is gdn.linear_attn.in_proj_qkvz
@@ -128,9 +140,10 @@ def test_gdn_hybrid_gets_the_producers_and_moe_layers_stay_unfused(vllm_config):
     assert gdn.linear_attn.out_proj.radiance_defer_to is gdn.post_attention_layernorm
     assert gdn.mlp.down_proj.radiance_defer_to is attn.input_layernorm
     assert attn.input_layernorm.consumer is attn.self_attn.qkv_proj
-    assert not hasattr(attn.mlp.down_proj, "radiance_defer_to")
-    assert (moe.input_layernorm, moe.linear_attn.norm) == moe_norms
-    assert not any(hasattr(m, "radiance_defer_to") for m in moe.modules())
+    assert attn.mlp.down_proj.radiance_defer_to is moe.input_layernorm
+    assert moe.input_layernorm.consumer is moe.linear_attn.in_proj_qkvz
+    assert moe.linear_attn.norm.consumer is moe.linear_attn.out_proj
+    assert moe.post_attention_layernorm is moe_post and not hasattr(moe.linear_attn.out_proj, "radiance_defer_to")
 
 
 def test_gdn_norm_folded_into_the_core_stays_vllms(vllm_config, capsys):
@@ -211,3 +224,103 @@ def test_gated_norm_producer_hands_out_proj_its_flattened_input(vllm_config):
     s = stream.settings()
     want = kernel_calls.rotate_quant(hs, pairs[None], theta[None], cs, s.pq_act, s.pq_scales, "reference")
     assert all(a.equal(b) for a, b in zip((A, AS, RS), want, strict=True))
+
+
+def test_output_gate_check_reads_vllms_qwen3_next_attention():
+    """vLLM's own Qwen3-Next attention forward is the form the output-gate producer mirrors ("inline"); without the
+    gate there is nothing to fuse; a forward that gates elsewhere is left to vLLM ("unknown")."""
+    from vllm.model_executor.models.qwen3_next import Qwen3NextAttention
+
+    class GatesAfterProjection(Qwen3NextAttention):
+        def forward(self, positions, hidden_states):
+            qkv, _ = self.qkv_proj(hidden_states)
+            q, k, v, gate = self._project_qkv_gate(qkv, positions)
+            output, _ = self.o_proj(self.attn(q, k, v))
+            return output * torch.sigmoid(gate)
+
+    for cls, gated, want in ((Qwen3NextAttention, True, "inline"), (Qwen3NextAttention, False, "none"),
+                             (GatesAfterProjection, True, "unknown")):
+        mixer = cls.__new__(cls)
+        torch.nn.Module.__init__(mixer)
+        mixer.attn_output_gate = gated
+        assert stream._output_gate(mixer) == want, cls
+
+
+class _Projection(torch.nn.Module):
+    """A W4A8 linear double: records the activations handed to it for its input (None where there were none)."""
+
+    def __init__(self, K, seed):
+        from radiance_kernels.formats.rotation import random_rotation
+        from radiance_vllm.paroquant_method import ParoQuantLinearMethod
+
+        super().__init__()
+        self.quant_method, self.tp_size, self.reduce_results = ParoQuantLinearMethod(None), 1, True
+        self.prefix, self.rot_bounds_list = "model.layers.0.self_attn.o_proj", [0, K]
+        pairs, theta, self.rot_scales = random_rotation(K, 8, seed=seed)
+        self.rot_pairs, self.rot_theta = pairs[None], theta[None]
+        self.taken = None
+
+    def forward(self, x):
+        self.taken = stream.take(self, x)
+        return x, None
+
+
+class _GatedAttention(torch.nn.Module):
+    """The shape of vLLM's Qwen3-Next attention: q | gate | k | v from one projection, the core, the gate inline."""
+
+    attn_output_gate = True
+
+    def __init__(self, K):
+        super().__init__()
+        self.qkv_proj, self.o_proj, self.K = _Projection(K, 1), _Projection(K, 2), K
+        self.qkv_proj.forward = lambda x: (torch.cat([x, x.flip(-1) * 3, x, x], -1), None)
+        self.attn = lambda q, k, v: q * k + v
+
+    def _project_qkv_gate(self, qkv, positions):
+        q, gate, k, v = qkv.split(self.K, dim=-1)
+        return q, k, v, gate
+
+    def forward(self, positions, hidden_states):
+        qkv, _ = self.qkv_proj(hidden_states)
+        q, k, v, gate = self._project_qkv_gate(qkv, positions)
+        attn_output = self.attn(q, k, v)
+        attn_output = attn_output * torch.sigmoid(gate)
+        output, _ = self.o_proj(attn_output)
+        return output
+
+
+@torch.no_grad()
+def test_attention_output_gate_producer_hands_o_proj_its_input(vllm_config, capsys):
+    """A gated attention mixer in vLLM's form: its forward now hands o_proj exactly rotate_quant(sigmoid_gate(core,
+    gate)) of the chain (the gate computed as vLLM does within a bf16 ulp, test_producer_math…), and the log counts
+    it; the same mixer with its gate left to vLLM (a forward of another form) keeps its forward and o_proj its own
+    rotation, and the log says so."""
+    import radiance_kernels.ops.stream  # noqa: F401
+    from radiance_vllm import kernel_calls
+
+    K = 256
+    layer = _decoder_layer()
+    layer.self_attn = mixer = _GatedAttention(K)
+    layer.mlp.gate_up_proj.rot_bounds_list = [0, K]  # unused here; a dense MLP of W4A8 consumers
+    assert stream.install(torch.nn.ModuleList([layer])) == 1
+    assert "attention output gate on 1" in capsys.readouterr().err
+    x = torch.randn(5, K, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    out = mixer(None, x)
+    A, AS, RS = mixer.o_proj.taken
+    core, gate = x * x + x, x.flip(-1) * 3
+    o = mixer.o_proj
+    s = stream.settings()
+    hs = torch.ops.radiance.gated("sigmoid_gate", core, gate, None, 0.0, "reference")
+    want = kernel_calls.rotate_quant(hs, o.rot_pairs, o.rot_theta, o.rot_scales, s.pq_act, s.pq_scales, "reference")
+    assert out.shape == x.shape and all(a.equal(b) for a, b in zip((A, AS, RS), want, strict=True))
+    assert layer.input_layernorm.consumer is mixer.qkv_proj
+
+    class GatesElsewhere(_GatedAttention):
+        def forward(self, positions, hidden_states):
+            return self.o_proj(self.attn(*self._project_qkv_gate(self.qkv_proj(hidden_states)[0], positions)[:3]))[0]
+
+    layer = _decoder_layer()
+    layer.self_attn = other = GatesElsewhere(K)
+    stream.install(torch.nn.ModuleList([layer]))
+    assert "1 attention output gates stay vLLM's" in capsys.readouterr().err
+    assert "forward" not in vars(other) and not hasattr(other, "radiance_output_gate")

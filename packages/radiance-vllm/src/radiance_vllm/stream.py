@@ -1,21 +1,25 @@
 """Fused stream producers (``RADIANCE_STREAM=1``): the op that makes a rotated linear's input also
 rotates and quantizes it, so the linear skips its own ``rotate_quant``.
 
-Installed after weight loading on every decoder layer with a dense MLP whose consumers run the paroquant W4A8
-method. The mixer is attention (``self_attn``: ``input_layernorm`` → ``qkv_proj``, output ``o_proj``) or a Gated
-DeltaNet (``linear_attn``: ``input_layernorm`` → ``in_proj_qkvz``, whose bf16 input also feeds ``in_proj_ba``;
-the per-head gated RMSNorm ``norm`` → ``out_proj``); then ``post_attention_layernorm`` → ``mlp.gate_up_proj`` and
-``mlp.act_fn`` (SiluAndMul) → ``mlp.down_proj``:
+Installed after weight loading on every decoder layer whose consumers run the paroquant W4A8 method. The mixer is
+attention (``self_attn``: ``input_layernorm`` → ``qkv_proj``, output ``o_proj``) or a Gated DeltaNet
+(``linear_attn``: ``input_layernorm`` → ``in_proj_qkvz``, whose bf16 input also feeds ``in_proj_ba``; the per-head
+gated RMSNorm ``norm`` → ``out_proj``); a dense MLP then has ``post_attention_layernorm`` → ``mlp.gate_up_proj``
+and ``mlp.act_fn`` (SiluAndMul) → ``mlp.down_proj``:
 
 - the norms become ``radiance::add_rms_norm_rotate_quant`` (residual add + RMSNorm + rotate + quant; vLLM's
   ``GemmaRMSNorm``, the (1 + w) weight of Qwen3-Next, with ``gemma=True``);
 - the activation becomes ``radiance::gated_rotate_quant("silu_mul")``;
 - the GDN's ``RMSNormGated`` (norm before the SiLU gate, 128-channel heads) becomes
-  ``radiance::gated_rotate_quant("gated_rms_norm")``.
+  ``radiance::gated_rotate_quant("gated_rms_norm")``;
+- the attention output gate of Qwen3-Next — inline code in vLLM's forward (``attn_output * torch.sigmoid(gate)``
+  before ``o_proj``), not a module — becomes ``radiance::gated_rotate_quant("sigmoid_gate")``: the attention's
+  forward is replaced by the same calls with that line as ``o_proj``'s producer (:func:`_gated_attention_forward`),
+  where vLLM's forward is the form it mirrors; otherwise ``o_proj`` rotates its own input and the log says so.
 
-A layer with an MoE block stays unfused. A layer whose consumers are only partly W4A8, or whose norm is not one of
-these, raises naming the module. The attention output gate of Qwen3-Next is inline code, not a module: ``o_proj``
-rotates and quantizes its own input.
+A layer with an MoE block gets its mixer's producers only (its post-attention norm feeds the router and the experts,
+no W4A8 method here). A layer whose consumers are only partly W4A8, or whose norm is not one of these, raises naming
+the module.
 
 The producer hands (A, AS, RS) to its consumer together with the tensor it returned; the consumer uses
 them only for that very tensor or a view of it (the SiluAndMul and gated-norm producers return an unfilled token
@@ -38,6 +42,8 @@ was not handed for raises: the unfilled token is never read.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+from types import MethodType
 
 import torch
 
@@ -63,9 +69,14 @@ def _same_tensor(handed: torch.Tensor, x: torch.Tensor) -> bool:
 
 
 def take(layer, x: torch.Tensor):
-    """(A, AS, RS) handed over for exactly ``x``, checked against the layer; None when there is none."""
+    """(A, AS, RS) handed over for exactly ``x``, checked against the layer; None when there is none — which raises
+    for a layer a producer was installed for (``radiance_fed_by``): a forward that bypasses its producer would
+    otherwise serve unfused without a word."""
     handed = getattr(layer, "stream_input", None)
     if handed is None or not _same_tensor(handed[0], x):
+        if getattr(layer, "radiance_fed_by", None):
+            raise StreamPartitionError(f"{layer.prefix}: called on an input {tuple(x.shape)} that its producer "
+                                       f"({layer.radiance_fed_by}) did not hand it: a forward bypasses the producer")
         return None
     layer.stream_input = None
     _, A, AS, RS = handed
@@ -157,6 +168,54 @@ class StreamGatedRMSNorm(torch.nn.Module):
         return token.view(x.shape)
 
 
+class StreamOutputGate(torch.nn.Module):
+    """The attention output gate ``x · sigmoid(gate)`` (core output and gate [T, heads·head_dim]) fused with
+    ``o_proj``'s rotate + quant."""
+
+    def __init__(self, consumer):
+        super().__init__()
+        self.consumer = consumer
+
+    def forward(self, x, gate):
+        s = settings()
+        x2, g2 = x.reshape(-1, x.shape[-1]), gate.reshape(-1, gate.shape[-1])
+        A, AS, RS = torch.ops.radiance.gated_rotate_quant("sigmoid_gate", x2, g2, None, 0.0, *_records(self.consumer),
+                                                          s.pq_act, s.pq_scales, kernel_backend())
+        token = x.new_empty(x2.shape)  # identity token only: o_proj reads (A, AS, RS)
+        _hand_over(self.consumer, token, A, AS, RS)
+        return token.view(x.shape)
+
+
+def _gated_attention_forward(self, positions, hidden_states):
+    """vLLM's Qwen3-Next attention forward, its inline output gate as ``o_proj``'s producer."""
+    qkv, _ = self.qkv_proj(hidden_states)
+    q, k, v, gate = self._project_qkv_gate(qkv, positions)
+    output, _ = self.o_proj(self.radiance_output_gate(self.attn(q, k, v), gate))
+    return output
+
+
+#: The statements of vLLM's gated attention forward that :func:`_gated_attention_forward` mirrors, in order.
+_GATED_FORWARD = ("qkv, _ = self.qkv_proj(hidden_states)", "q, k, v, gate = self._project_qkv_gate(qkv, positions)",
+                  "attn_output = self.attn(q, k, v)", "attn_output = attn_output * torch.sigmoid(gate)",
+                  "output, _ = self.o_proj(attn_output)")
+
+
+def _output_gate(mixer) -> str:
+    """How an attention mixer gates its output: "none", "inline" (vLLM's forward is the form
+    :func:`_gated_attention_forward` mirrors) or "unknown" (gated some other way: left to vLLM)."""
+    import inspect
+
+    if not getattr(mixer, "attn_output_gate", False):
+        return "none"
+    try:
+        lines = [ln.strip() for ln in inspect.getsource(type(mixer).forward).splitlines()]
+    except (OSError, TypeError):
+        return "unknown"
+    found = [lines.index(st) if st in lines else -1 for st in _GATED_FORWARD]
+    ok = -1 not in found and found == sorted(found) and hasattr(mixer, "_project_qkv_gate")
+    return "inline" if ok else "unknown"
+
+
 def _folds_its_norm(mixer) -> bool:
     """vLLM's GDN mixer computes its output norm inside its core kernel (the CUDA speculative-decode path reads the
     norm's weight itself and never calls the module): a producer there would not run."""
@@ -174,8 +233,7 @@ def _single_rank(linear) -> bool:
     return getattr(linear, "tp_size", 1) == 1 or not getattr(linear, "reduce_results", True)
 
 
-#: A decoder layer's mixer: attribute → (the linear its input norm feeds, the linear whose output the
-#: post-attention norm reads).
+#: A decoder layer's mixer: attribute → (the linear its input norm feeds, its output linear).
 MIXERS = {"self_attn": ("qkv_proj", "o_proj"), "linear_attn": ("in_proj_qkvz", "out_proj")}
 
 
@@ -203,75 +261,117 @@ def _check_gated_norm(norm, name: str) -> None:
                                  "RMSNorm · silu(z) of the gated_rms_norm producer")
 
 
-def _fusable(name: str, layer) -> tuple[str, torch.nn.Module, bool, bool] | None:
-    """(mixer attribute, mixer, whether the input / post-attention norms are Gemma-style) of a decoder layer whose
-    producers can be installed; None for a layer left unfused (an MoE block, an unknown mixer, no W4A8 consumer);
+@dataclass
+class _Plan:
+    """What a decoder layer gets: its mixer (attribute, module), the output producer's kind ("gated_rms_norm",
+    "sigmoid_gate", or why there is none: "folded" / "unknown" / "none"), whether its dense MLP is fused, and
+    whether the input / post-attention norms are Gemma-style."""
+
+    mixer_name: str
+    mixer: torch.nn.Module
+    output: str
+    mlp: bool
+    gemma_in: bool
+    gemma_post: bool
+
+
+def _plan(name: str, layer) -> _Plan | None:
+    """The producers a decoder layer gets; None for a layer left unfused (an unknown mixer, no W4A8 consumer);
     raises on a half match, before any layer is touched."""
     mixer_name = next((m for m in MIXERS if hasattr(layer, m)), None)
-    mlp = getattr(layer, "mlp", None)
-    if mixer_name is None or not hasattr(mlp, "gate_up_proj"):
+    if mixer_name is None:
         return None
     mixer = getattr(layer, mixer_name)
-    first = MIXERS[mixer_name][0]
-    consumers = {f"{mixer_name}.{first}": getattr(mixer, first, None), "mlp.gate_up_proj": mlp.gate_up_proj,
-                 "mlp.down_proj": getattr(mlp, "down_proj", None)}
-    if mixer_name == "linear_attn":  # the gated norm's consumer
-        consumers["linear_attn.out_proj"] = getattr(mixer, "out_proj", None)
+    first, out = MIXERS[mixer_name]
+    if mixer_name == "linear_attn":
+        output = "folded" if _folds_its_norm(mixer) else "gated_rms_norm"
+    else:
+        output = {"inline": "sigmoid_gate", "unknown": "unknown", "none": "none"}[_output_gate(mixer)]
+    consumers = {f"{mixer_name}.{first}": getattr(mixer, first, None)}
+    if output in ("gated_rms_norm", "sigmoid_gate"):
+        consumers[f"{mixer_name}.{out}"] = getattr(mixer, out, None)
+    mlp = getattr(layer, "mlp", None)
+    dense = hasattr(mlp, "gate_up_proj")
+    if dense:
+        consumers |= {"mlp.gate_up_proj": mlp.gate_up_proj, "mlp.down_proj": getattr(mlp, "down_proj", None)}
     w4a8 = {k: _is_w4a8(m) for k, m in consumers.items()}
     if not any(w4a8.values()):
         return None
     if not all(w4a8.values()):
         raise StreamPatternError(f"{name}: {[k for k, v in w4a8.items() if not v]} not on paroquant W4A8 while "
                                  f"{[k for k, v in w4a8.items() if v]} are: the stream pattern half-matches")
-    if mixer_name == "linear_attn" and not _folds_its_norm(mixer):  # a folded norm stays vLLM's: any math
+    if output == "gated_rms_norm":
         _check_gated_norm(getattr(mixer, "norm", None), f"{name}.linear_attn.norm")
-    return (mixer_name, mixer, _gemma(layer.input_layernorm, f"{name}.input_layernorm"),
-            _gemma(layer.post_attention_layernorm, f"{name}.post_attention_layernorm"))
+    return _Plan(mixer_name, mixer, output, dense, _gemma(layer.input_layernorm, f"{name}.input_layernorm"),
+                 dense and _gemma(layer.post_attention_layernorm, f"{name}.post_attention_layernorm"))
+
+
+def _fuse(layer, plan: _Plan) -> None:
+    """Install the producers of ``plan``; each consumer records which one feeds it (:func:`take`)."""
+    first, out = (getattr(plan.mixer, a) for a in MIXERS[plan.mixer_name])
+    layer.input_layernorm = StreamRMSNorm(layer.input_layernorm, first, plan.gemma_in)
+    first.radiance_fed_by = "input_layernorm"
+    if plan.output == "gated_rms_norm":
+        plan.mixer.norm = StreamGatedRMSNorm(plan.mixer.norm, out)
+    elif plan.output == "sigmoid_gate":
+        plan.mixer.radiance_output_gate = StreamOutputGate(out)
+        plan.mixer.forward = MethodType(_gated_attention_forward, plan.mixer)
+    if plan.output in ("gated_rms_norm", "sigmoid_gate"):
+        out.radiance_fed_by = plan.output
+    if plan.mlp:
+        layer.post_attention_layernorm = StreamRMSNorm(layer.post_attention_layernorm, layer.mlp.gate_up_proj,
+                                                       plan.gemma_post)
+        layer.mlp.act_fn = StreamSiluMul(layer.mlp.down_proj)
+        layer.mlp.gate_up_proj.radiance_fed_by, layer.mlp.down_proj.radiance_fed_by = "post_attention_layernorm", \
+            "silu_mul"
+
+
+def _defer_pairs(layer, plan: _Plan, next_norm) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
+    """(GEMM, the producer of ours that reads its output) of a fused layer; ``next_norm``: the next decoder layer's
+    input norm. Not across a layer scale, which multiplies the outputs first."""
+    if not plan.mlp:  # the post-attention norm and whatever follows the MoE block are vLLM's
+        return []
+    mlp = layer.mlp
+    pairs = [(mlp.gate_up_proj, mlp.act_fn)]
+    if not getattr(layer, "layer_scale", False):
+        pairs.append((getattr(plan.mixer, MIXERS[plan.mixer_name][1], None), layer.post_attention_layernorm))
+        if isinstance(next_norm, StreamRMSNorm):
+            pairs.append((mlp.down_proj, next_norm))
+    return pairs
 
 
 def install(model: torch.nn.Module, defer_gemms: bool = False) -> int:
     """Install the producers on every matching decoder layer; returns the count (raises if none). ``defer_gemms``:
     also point each GEMM a producer reads at that producer (``radiance_defer_to``, module doc)."""
-    layers = [(module, _fusable(name, module)) for name, module in model.named_modules()
+    layers = [(module, _plan(name, module)) for name, module in model.named_modules()
               if hasattr(module, "input_layernorm") and hasattr(module, "post_attention_layernorm")]
-    folded = 0
-    for module, fused in layers:  # (decoder layer, _fusable's answer: None where it stays unfused)
-        if fused is None:
-            continue
-        mixer_name, mixer, gemma_in, gemma_post = fused
-        first, out = (getattr(mixer, a, None) for a in MIXERS[mixer_name])
-        module.input_layernorm = StreamRMSNorm(module.input_layernorm, first, gemma_in)
-        module.post_attention_layernorm = StreamRMSNorm(module.post_attention_layernorm, module.mlp.gate_up_proj,
-                                                        gemma_post)
-        module.mlp.act_fn = StreamSiluMul(module.mlp.down_proj)
-        if mixer_name == "linear_attn" and _folds_its_norm(mixer):
-            folded += 1
-        elif mixer_name == "linear_attn":
-            mixer.norm = StreamGatedRMSNorm(mixer.norm, out)
-    count = sum(fused is not None for _, fused in layers)
-    if count == 0:
+    for module, plan in layers:
+        if plan is not None:
+            _fuse(module, plan)
+    plans = [plan for _, plan in layers if plan is not None]
+    if not plans:
         raise RuntimeError("RADIANCE_STREAM=1 but no decoder layer has the stream pattern "
                            "(norm → qkv_proj / in_proj_qkvz / gate_up_proj, SiluAndMul → down_proj on paroquant W4A8)")
     deferred = 0
-    for i, (module, fused) in enumerate(layers if defer_gemms else ()):
-        if fused is None:
+    for i, (module, plan) in enumerate(layers if defer_gemms else ()):
+        if plan is None:
             continue
-        mixer_name, mixer = fused[:2]
-        mlp, scaled = module.mlp, getattr(module, "layer_scale", False)  # a layer scale multiplies the outputs
-        pairs = [(mlp.gate_up_proj, mlp.act_fn)]
-        if not scaled:
-            pairs.append((getattr(mixer, MIXERS[mixer_name][1], None), module.post_attention_layernorm))
-        if not scaled and i + 1 < len(layers) and layers[i + 1][1] is not None:  # the next layer's norm reads down
-            pairs.append((mlp.down_proj, layers[i + 1][0].input_layernorm))
-        for gemm, producer in pairs:
+        next_norm = layers[i + 1][0].input_layernorm if i + 1 < len(layers) else None
+        for gemm, producer in _defer_pairs(module, plan, next_norm):
             if _is_w4a8(gemm) and _single_rank(gemm):
                 gemm.radiance_defer_to = producer
                 deferred += 1
-    kept = f"; {folded} GDN output norms stay in vLLM's core (speculative decode): out_proj rotates its input" \
-        if folded else ""
-    print(f"[radiance.stream] fused producers installed on {count} decoder layers; {deferred} GEMMs leave their "
-          f"split partials to them{kept}", file=sys.stderr, flush=True)
-    return count
+    count = {k: sum(p.output == k for p in plans) for k in ("sigmoid_gate", "folded", "unknown")}
+    notes = [f"MLP on {sum(p.mlp for p in plans)}", f"attention output gate on {count['sigmoid_gate']}"]
+    if count["folded"]:
+        notes.append(f"{count['folded']} GDN output norms stay in vLLM's core (speculative decode): out_proj rotates "
+                     "its input")
+    if count["unknown"]:
+        notes.append(f"{count['unknown']} attention output gates stay vLLM's (a forward this plugin does not mirror): "
+                     "o_proj rotates its input")
+    print(f"[radiance.stream] fused producers installed on {len(plans)} decoder layers ({'; '.join(notes)}); "
+          f"{deferred} GEMMs leave their split partials to them", file=sys.stderr, flush=True)
+    return len(plans)
 
 
 def patch_loader() -> None:
