@@ -76,6 +76,16 @@ def test_stack_pairs_each_width_with_its_own_bf16_pass():
     assert [r["measured"] for r in out if r["bar"] == "peer"] == [2.0, 1.5]
 
 
+def test_skinny_rows_pair_by_width():
+    """in_proj_ba at TP = 1 and 2 (N = 96, 48): each skinny row against cuBLAS at its own N and M."""
+    rows = [{"section": "skinny", "kernel": k, "M": 8, "N": n, "best_us": t}
+            for n, k, t in ((96, "skinny_gemm", 5.0), (96, "cuBLAS bf16", 6.0), (48, "skinny_gemm", 6.0),
+                            (48, "cuBLAS bf16", 5.4))]
+    out = {r["item"]: r for r in bars.check(run(rows), "x.json")}
+    assert out["in_proj_ba N=96 M=8 skinny_gemm vs cuBLAS bf16"]["measured"] == pytest.approx(1.2)
+    assert not out["in_proj_ba N=48 M=8 skinny_gemm vs cuBLAS bf16"]["met"]
+
+
 def test_cli_writes_summary(tmp_path):
     src = tmp_path / "kb.json"
     src.write_text(json.dumps(run([{"section": "stack", "kernel": "s", "M": 8, "vs_limit": 1.2}])))

@@ -122,14 +122,14 @@ def test_bad_values_fail_after_load_naming_the_tensor(name, fn, message):
 
 
 def test_unquantized_modules_are_detected_from_the_checkpoint():
-    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from radiance_vllm.skinny_method import SkinnyLinearMethod
 
     layer, _ = make_layer()
     cfg = ParoQuantConfig(bits=4, group_size=128, krot=8)
     cfg.packed_modules_mapping = {"gate_up_proj": ["gate_proj", "up_proj"]}
     cfg.quantized_modules = frozenset({"model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj"})
     assert isinstance(cfg.get_quant_method(layer, PREFIX), ParoQuantLinearMethod)
-    assert isinstance(cfg.get_quant_method(layer, "model.layers.1.mlp.gate_up_proj"), UnquantizedLinearMethod)
+    assert isinstance(cfg.get_quant_method(layer, "model.layers.1.mlp.gate_up_proj"), SkinnyLinearMethod)
     cfg.quantized_modules = frozenset({"model.layers.0.mlp.gate_proj"})
     with pytest.raises(CheckpointError, match=r"mixes quantized \['model.layers.0.mlp.gate_proj'\]"):
         cfg.get_quant_method(layer, PREFIX)
@@ -142,3 +142,33 @@ def test_qkvz_like_four_partitions_run_as_two_rotations():
     recs = [a, a, a, b]
     pairs, theta, scales = (torch.stack([r[i] for r in recs]) for i in range(3))
     assert runs_of(pairs, theta, scales[:, 0]) == [(0, 3), (3, 4)]
+
+
+@torch.no_grad()
+def test_skinny_linears_run_the_skinny_gemm_at_decode(monkeypatch):
+    """A bf16 linear left unquantized with 16 <= N <= 128 runs radiance::skinny_gemm at decode (M <= 16, no bias) —
+    exactly its reference, fp32 sums rounded once — and vLLM's own GEMM otherwise (more tokens, a bias, N outside
+    the band), after vLLM's CPU path has packed the weight away."""
+    from radiance_vllm import kernel_calls
+    from radiance_vllm.skinny_method import SkinnyLinearMethod
+
+    calls = []
+    real = kernel_calls.skinny_gemm
+    monkeypatch.setattr(kernel_calls, "skinny_gemm", lambda *a: calls.append(a[0].shape) or real(*a))
+    g = torch.Generator().manual_seed(0)
+    for N, M, bias, runs in ((96, 8, False, True), (96, 16, False, True), (48, 1, False, True),
+                             (96, 17, False, False), (96, 8, True, False), (8, 8, False, False)):
+        layer, method = torch.nn.Module(), SkinnyLinearMethod()
+        w = torch.randn(N, 256, generator=g).to(torch.bfloat16)
+        layer.weight = torch.nn.Parameter(w.clone(), requires_grad=False)
+        method.process_weights_after_loading(layer)
+        x = torch.randn(2, M, 256, generator=g).to(torch.bfloat16)[0]
+        b = torch.randn(N, generator=g).to(torch.bfloat16) if bias else None
+        calls.clear()
+        y = method.apply(layer, x, b)
+        assert (calls == [x.shape]) == runs and y.shape == (M, N) and y.dtype == torch.bfloat16
+        want = (x.float() @ w.float().t()).to(torch.bfloat16)
+        if runs:
+            assert y.equal(want)
+        else:
+            torch.testing.assert_close(y, want if b is None else want + b, rtol=2e-2, atol=2e-2)

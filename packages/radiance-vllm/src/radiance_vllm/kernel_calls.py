@@ -48,6 +48,11 @@ def split_sum(parts: torch.Tensor) -> torch.Tensor:
     return _activation(parts)
 
 
+def skinny_gemm(x: torch.Tensor, w: torch.Tensor, backend: str) -> torch.Tensor:
+    """bf16 x [M, K] @ w [N, K].T for tiny N (split-K, deterministic), bf16 [M, N]."""
+    return torch.ops.radiance.skinny_gemm(x, w, backend)
+
+
 def prepare_mxfp4(weight_packed, weight_scale) -> MXPrepared:
     """``weight_packed [N, K/2]`` + ``weight_scale [N, K/32]`` (uint8) → the MXFP4 kernel's layout."""
     return _prepare_mxfp4(weight_packed, weight_scale)

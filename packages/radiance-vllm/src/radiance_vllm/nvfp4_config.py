@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
+from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
@@ -26,6 +26,7 @@ from radiance_vllm.compile_key import stamp
 from radiance_vllm.config_base import RadianceQuantConfig
 from radiance_vllm.knobs import settings
 from radiance_vllm.param_loading import CheckpointError, checkpoint_modules
+from radiance_vllm.skinny_method import SkinnyLinearMethod
 
 
 def is_nvfp4(hf_quant_cfg: dict[str, Any]) -> bool:
@@ -93,4 +94,4 @@ class NVFP4ToMXFP4Config(RadianceQuantConfig):
             return RequantLinearMethod(self, "fp8", self.fp8_target)
         if prefix.endswith(self.bf16_suffixes or ("\0",)):
             return RequantLinearMethod(self, "plain", "mxfp4")
-        return UnquantizedLinearMethod()
+        return SkinnyLinearMethod()

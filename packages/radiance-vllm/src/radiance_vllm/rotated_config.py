@@ -2,7 +2,8 @@
 
 Which linears are quantized is read from the checkpoint itself (as z-lab's plugin does): a module that
 stores the method's weight tensor (``qweight`` / ``weight_packed``) is quantized; one that stores a
-plain ``weight`` stays in the model dtype through vLLM's ``UnquantizedLinearMethod``. A merged linear
+plain ``weight`` stays in the model dtype through vLLM's ``UnquantizedLinearMethod`` (its skinny shapes at decode on
+our skinny GEMM: :mod:`radiance_vllm.skinny_method`). A merged linear
 whose partitions disagree is an error naming them.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
+from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 
 from radiance_vllm.checkpoint_scan import modules_with, resolve_model_dir, tensor_headers
@@ -19,6 +20,7 @@ from radiance_vllm.compile_key import stamp
 from radiance_vllm.config_base import RadianceQuantConfig
 from radiance_vllm.param_loading import CheckpointError, checkpoint_modules
 from radiance_vllm.rotation_params import validate_checkpoint_rotations
+from radiance_vllm.skinny_method import SkinnyLinearMethod
 
 
 class RotatedQuantConfig(RadianceQuantConfig):
@@ -66,7 +68,7 @@ class RotatedQuantConfig(RadianceQuantConfig):
         if all(stored):
             return self.linear_method()
         if not any(stored):
-            return UnquantizedLinearMethod()
+            return SkinnyLinearMethod()
         quantized = [m for m, s in zip(modules, stored, strict=True) if s]
         raise CheckpointError(f"{prefix}: merged linear mixes quantized {quantized} and unquantized "
                               f"{[m for m in modules if m not in quantized]} partitions")

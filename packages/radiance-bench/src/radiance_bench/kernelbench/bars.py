@@ -107,9 +107,9 @@ def check(run: dict, source: str) -> list[dict]:
             rows.append(_row("peer", f"{r['kernel']} M={r['M']} vs {peer['kernel']}", 1.0,
                              peer["best_us"] / r["best_us"], source))
     for r in sec["skinny"]:
-        ref = _by(sec["skinny"], "kernel", "M").get(("cuBLAS bf16", r.get("M")))
+        ref = _by(sec["skinny"], "kernel", "M", "N").get(("cuBLAS bf16", r.get("M"), r.get("N")))
         if r.get("kernel") == "skinny_gemm" and ref:
-            rows.append(_row("peer", f"in_proj_ba M={r['M']} skinny_gemm vs cuBLAS bf16", 1.0,
+            rows.append(_row("peer", f"in_proj_ba N={r['N']} M={r['M']} skinny_gemm vs cuBLAS bf16", 1.0,
                              ref["best_us"] / r["best_us"], source))
     return rows
 

@@ -9,11 +9,12 @@ interleaves them. Per layer, with the residual stream carried through::
     MLP:        add+RMSNorm(o) → gate_up → silu·mul → down → next layer's prev out
 
 The attention / GDN cores are not ours (their outputs are fresh inputs here, as in the unchained stack); every
-producer is the served fused one (producer + rotate+quant, e4m3 or int8 per-group) and every projection the W4A8
-GEMM. ``defer``: the GEMMs whose output our next producer reads (o_proj / out_proj, gate_up, down) leave their split
-partials for it to sum (``w4a8_gemm_partials``) — no arrival count or last-program reduction on their tail; qkv and
-in_proj_qkvz feed the cores and reduce in the kernel. Each form runs the tile configs the GPU's table picks for it
-(the partials form: its ``defer`` entries, tuned with the producer); on the same configs both forms give the same bits
+producer is the served fused one (producer + rotate+quant, e4m3 or int8 per-group; in vLLM since session 16 the
+attention output gate too, and in_proj_ba on the skinny GEMM) and every projection the W4A8 GEMM. ``defer``: the
+GEMMs whose output our next producer reads (o_proj / out_proj, gate_up, down) leave their split partials for it to
+sum (``w4a8_gemm_partials``) — no arrival count or last-program reduction on their tail; qkv and in_proj_qkvz feed
+the cores and reduce in the kernel. Each form runs the tile configs the GPU's table picks for it (the partials form:
+its ``defer`` entries, tuned with the producer); on the same configs both forms give the same bits
 (``deferred_configs`` runs the reduced form on the deferred picks; checked by :func:`same_outputs`).
 """
 

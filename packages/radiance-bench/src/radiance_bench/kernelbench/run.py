@@ -129,8 +129,8 @@ def producer_decode(results: list, ceil: dict) -> None:
 
 
 def skinny(results: list, ceil: dict) -> None:
-    proj = next(p for p in projections(1) if p.name == "gdn.in_proj_ba")
-    for M in DECODE_M:
+    """in_proj_ba per rank at TP = 1 and 2 (N = 96, 48), each M: the skinny GEMM against cuBLAS bf16."""
+    for proj, M in ((p, M) for tp in (1, 2) for p in projections(tp) if p.name == "gdn.in_proj_ba" for M in DECODE_M):
         g = torch.Generator(device="cuda").manual_seed(M)
         ws = [torch.randn(proj.N, proj.K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(8)]
         x = activations(M, proj.K, M)
