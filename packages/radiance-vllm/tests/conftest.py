@@ -3,6 +3,7 @@ lives in its own test module; the tiny float model is built once per session."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,19 @@ def tiny_float(tmp_path_factory) -> Path:
     return build_tiny_qwen3(tmp_path_factory.mktemp("tiny") / "tiny-qwen3", seed=0)
 
 
+def tensor_parallel(tp: int) -> dict:
+    """vLLM arguments and environment for ``tp`` CPU workers, one process each, bound round-robin to the cores this
+    process may use (vLLM's automatic binding wants a NUMA node per worker)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return {"args": ["--tensor-parallel-size", str(tp), "--distributed-executor-backend", "mp"],
+            "env": {"VLLM_CPU_OMP_THREADS_BIND": "|".join(str(cpus[i % len(cpus)]) for i in range(tp))}}
+
+
 def served(model: Path, workdir: Path, env: dict[str, str] | None = None, dtype: str = "float32",
-           launcher: bool = False) -> VLLMServer:
-    """A started server for ``model`` (full prompt logprobs enabled); the caller stops it."""
+           launcher: bool = False, tp: int = 1) -> VLLMServer:
+    """A started server for ``model`` (full prompt logprobs enabled; ``tp`` > 1: that many tensor-parallel
+    workers); the caller stops it."""
+    procs = SINGLE_PROCESS if tp == 1 else tensor_parallel(tp)
     server = VLLMServer(model=model, workdir=workdir, dtype=dtype, launcher=launcher,
-                        args=["--max-logprobs", "-1", *SINGLE_PROCESS["args"]],
-                        env={**SINGLE_PROCESS["env"], **(env or {})})
+                        args=["--max-logprobs", "-1", *procs["args"]], env={**procs["env"], **(env or {})})
     return server.start(timeout=900)

@@ -22,7 +22,7 @@ import json
 import pytest
 from conftest import served
 
-from radiance_vllm.served_checks import PROMPTS, greedy, kl, prompt_logprobs
+from radiance_vllm.served_checks import PROMPTS, greedy, kl, prompt_logprobs, tie_margins
 
 #: Max |Δ log p| (nats) between the producers and vLLM's own norms over every vocabulary entry of every position,
 #: and the mean KL(no producers ‖ producers) per prompt. Measured on 2 cores: 0.111-0.117 nats, KL 6.0e-5-8.9e-5 (4
@@ -75,22 +75,11 @@ def test_deferred_reductions_serve_the_same_bits(runs):
     assert all(x.equal(y) for x, y in zip(a["logprobs"], b["logprobs"], strict=True))
 
 
-def _tie_margins(a, c) -> list[float | None]:
-    """Per prompt, where the greedy completions of runs ``a`` and ``c`` first differ: |log p(c's token) − log p(a's
-    token)| under ``c``'s scoring of ``a``'s sequence (the shared prefix); None where they never differ."""
-    margins = []
-    for (ids, a_toks), (_, c_toks), lp in zip(a["greedy"], c["greedy"], c["logprobs"], strict=True):
-        t = next((i for i, (x, y) in enumerate(zip(a_toks, c_toks, strict=True)) if x != y), None)
-        row = None if t is None else lp[len(ids) + t - 1]  # row r scores the token at position r + 1
-        margins.append(None if row is None else float((row[c_toks[t]] - row[a_toks[t]]).abs()))
-    return margins
-
-
 def test_producers_match_vllms_norms_within_tolerance(runs):
     a, c = runs["deferred"], runs["unfused"]
     diffs = [float((x - y).abs().max()) for x, y in zip(a["logprobs"], c["logprobs"], strict=True)]
     kls = [kl(y, x) for x, y in zip(a["logprobs"], c["logprobs"], strict=True)]
-    margins = _tie_margins(a, c)
+    margins = tie_margins(a["greedy"], c["greedy"], c["logprobs"])
     print(f"\nmax |d logprob| per prompt {diffs}, KL {kls}, greedy tie margins {margins}")
     assert max(diffs) < LOGPROB_TOL and max(kls) < KL_TOL, (diffs, kls)
     assert all(m is None or m < 2 * LOGPROB_TOL for m in margins), margins

@@ -48,7 +48,8 @@ def tiny(
     seed: int = typer.Option(0, help="Seed (same seed -> identical bytes)."),
     dtype: str = typer.Option("float32", help="qwen3-based kinds: float32 or bfloat16."),
     train_steps: int = typer.Option(200, help="qwen3-based kinds: training steps on the shipped corpus."),
-    family: str = typer.Option("qwen3", help="Quantized kinds: base family, qwen3, qwen3-next or qwen3-next-dense."),
+    family: str = typer.Option("qwen3", help="Quantized kinds: base family, qwen3, qwen3-tp2, qwen3-next or "
+                               "qwen3-next-dense."),
 ) -> None:
     """Build a deterministic tiny model, or a tiny checkpoint of a quantized format."""
     from radiance_quant import tiny as t

@@ -104,13 +104,20 @@ def _shared_config(tok: Tokenizer) -> dict:
                 eos_token_id=tok.token_to_id("<|im_end|>"), pad_token_id=tok.token_to_id("<|endoftext|>"))
 
 
-def build_tiny_qwen3(out_dir: str | Path, seed: int = 0, dtype: str = "float32", train_steps: int = 200) -> Path:
-    """Tiny Qwen3 (vocab 512, hidden 128, 2 layers, 4 q / 2 kv heads, head_dim 32, MLP 256) + tokenizer."""
+#: The tiny Qwen3's sizes that tensor parallelism 2 can split: each rank's row-parallel input (o_proj: 4 heads x 64
+#: / 2, down: 512 / 2) a multiple of the 128-channel rotation / quantization group.
+TP2_SIZES = {"head_dim": 64, "intermediate_size": 512}
+
+
+def build_tiny_qwen3(out_dir: str | Path, seed: int = 0, dtype: str = "float32", train_steps: int = 200,
+                     tp2: bool = False) -> Path:
+    """Tiny Qwen3 (vocab 512, hidden 128, 2 layers, 4 q / 2 kv heads, head_dim 32, MLP 256; ``tp2``:
+    :data:`TP2_SIZES`) + tokenizer."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     out = Path(out_dir)
     tok = build_tokenizer(out)
-    config = Qwen3Config(**_shared_config(tok))
+    config = Qwen3Config(**_shared_config(tok) | (TP2_SIZES if tp2 else {}))
     with _single_thread():
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config).float()
@@ -169,9 +176,9 @@ def build_tiny_checkpoint(
 ) -> Path:
     """Tiny checkpoint of a quantized format from the tiny model of `seed`, random rotations of `seed`.
 
-    kind: paroquant-int4 | paroquant-int5 | paroquant-mxfp4 | nvfp4 | nvfp4-mxfp4; family: qwen3 |
-    qwen3-next | qwen3-next-dense (bf16; `dtype` and `train_steps` apply to qwen3 only; qwen3-next-dense: paroquant
-    kinds, routed experts left in bf16).
+    kind: paroquant-int4 | paroquant-int5 | paroquant-mxfp4 | nvfp4 | nvfp4-mxfp4; family: qwen3 | qwen3-tp2 (the
+    sizes tensor parallelism 2 splits: :data:`TP2_SIZES`) | qwen3-next | qwen3-next-dense (bf16; `dtype` and
+    `train_steps` apply to the qwen3 families only; qwen3-next-dense: paroquant kinds, routed experts left in bf16).
     """
     from tempfile import TemporaryDirectory
 
@@ -181,8 +188,9 @@ def build_tiny_checkpoint(
     if dense and not kind.startswith("paroquant-"):
         raise ValueError(f"family {family!r} builds paroquant kinds only, not {kind!r}")
     with TemporaryDirectory() as tmp:
-        if family == "qwen3":
-            base = build_tiny_qwen3(Path(tmp) / "base", seed=seed, dtype=dtype, train_steps=train_steps)
+        if family in ("qwen3", "qwen3-tp2"):
+            base = build_tiny_qwen3(Path(tmp) / "base", seed=seed, dtype=dtype, train_steps=train_steps,
+                                    tp2=family == "qwen3-tp2")
         elif family in ("qwen3-next", "qwen3-next-dense"):
             base = build_tiny_qwen3_next(Path(tmp) / "base", seed=seed, dense=dense)
         else:

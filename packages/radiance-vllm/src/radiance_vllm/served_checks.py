@@ -57,6 +57,20 @@ def kl(ref: torch.Tensor, served: torch.Tensor) -> float:
 
 
 @torch.no_grad()
+def tie_margins(a: list[tuple[list[int], list[int]]], c: list[tuple[list[int], list[int]]],
+                c_logprobs: list[torch.Tensor]) -> list[float | None]:
+    """Per prompt, where greedy completions ``a`` and ``c`` ((prompt ids, tokens) each) first differ: |log p(c's
+    token) − log p(a's token)| under ``c_logprobs`` — c's server scoring a's sequence, whose prefix they share; None
+    where they never differ. Two servers that compute the same model in another rounding order part only at such
+    near ties."""
+    margins = []
+    for (ids, a_toks), (_, c_toks), lp in zip(a, c, c_logprobs, strict=True):
+        t = next((i for i, (x, y) in enumerate(zip(a_toks, c_toks, strict=True)) if x != y), None)
+        row = None if t is None else lp[len(ids) + t - 1]  # row r scores the token at position r + 1
+        margins.append(None if row is None else float((row[c_toks[t]] - row[a_toks[t]]).abs()))
+    return margins
+
+
 def reference_greedy(model, prompt_ids: list[int], max_tokens: int) -> list[int]:
     ids = torch.tensor([prompt_ids])
     out = model.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
