@@ -17,12 +17,10 @@ and no producers.
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
-from conftest import served
-
-from radiance_vllm.served_checks import PROMPTS, greedy, kl, prompt_logprobs, tie_margins
+from conftest import assert_runs_agree, greedy_and_scored
 
 #: Max |Δ log p| (nats) between the producers and vLLM's own norms over every vocabulary entry of every position,
 #: and the mean KL(no producers ‖ producers) per prompt. Measured on 2 cores: 0.111-0.117 nats, KL 6.0e-5-8.9e-5 (4
@@ -32,30 +30,18 @@ KL_TOL = 2e-4
 LOG_LINE = "[radiance.stream] fused producers"
 
 
-def _run(model, workdir, env, sequences=None):
-    """Greedy completions of :data:`PROMPTS`, and the full prompt log-probabilities of ``sequences`` (default: each
-    prompt with its own completion)."""
-    server = served(model, workdir, env=env, dtype="bfloat16")
-    try:
-        outs = [greedy(server, p, 16) for p in PROMPTS]
-        vocab = json.loads((model / "config.json").read_text())["vocab_size"]
-        lps = [prompt_logprobs(server, seq, vocab) for seq in sequences or [ids + toks for ids, toks in outs]]
-        return {"greedy": outs, "logprobs": lps, "log": server.log_path.read_text()}
-    finally:
-        server.stop()
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     from radiance_quant.tiny import build_tiny_checkpoint
 
     root = tmp_path_factory.mktemp("gd")  # short: vLLM's IPC socket path under it must fit 107 characters
     model = build_tiny_checkpoint(root / "int4", "paroquant-int4", family="qwen3-next-dense")
-    deferred = _run(model, root / "a", {"RADIANCE_STREAM": "1"})
+    run = partial(greedy_and_scored, model, dtype="bfloat16")
+    deferred = run(root / "a", env={"RADIANCE_STREAM": "1"})
     seqs = [ids + toks for ids, toks in deferred["greedy"]]  # every run scores the same token ids
     return {"deferred": deferred,
-            "reduced": _run(model, root / "b", {"RADIANCE_STREAM": "1", "RADIANCE_STREAM_DEFER": "0"}, seqs),
-            "unfused": _run(model, root / "c", {}, seqs)}
+            "reduced": run(root / "b", seqs, env={"RADIANCE_STREAM": "1", "RADIANCE_STREAM_DEFER": "0"}),
+            "unfused": run(root / "c", seqs)}
 
 
 def _stream_line(log: str) -> str:
@@ -76,10 +62,4 @@ def test_deferred_reductions_serve_the_same_bits(runs):
 
 
 def test_producers_match_vllms_norms_within_tolerance(runs):
-    a, c = runs["deferred"], runs["unfused"]
-    diffs = [float((x - y).abs().max()) for x, y in zip(a["logprobs"], c["logprobs"], strict=True)]
-    kls = [kl(y, x) for x, y in zip(a["logprobs"], c["logprobs"], strict=True)]
-    margins = tie_margins(a["greedy"], c["greedy"], c["logprobs"])
-    print(f"\nmax |d logprob| per prompt {diffs}, KL {kls}, greedy tie margins {margins}")
-    assert max(diffs) < LOGPROB_TOL and max(kls) < KL_TOL, (diffs, kls)
-    assert all(m is None or m < 2 * LOGPROB_TOL for m in margins), margins
+    assert_runs_agree(runs["deferred"], runs["unfused"], LOGPROB_TOL, KL_TOL)
