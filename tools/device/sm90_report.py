@@ -50,8 +50,9 @@ def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, int8
     types = {**TYPES, "a_ptr": a8, "w8_ptr": a8, **({"wq_ptr": a8} if constexprs.get("PREDEQ") else {})}
     if constexprs.get("STAGES"):  # the mma2 ring: a, wq, sz (int5: wh) as TMA descriptors (mma2.ring_descriptors)
         bm, bn = constexprs["BM"], constexprs["BN"]
+        wt = [bn // 64, 16, 2, 32]  # the weight words' tile (mma2.ring_descriptors)
         types |= {"a_ptr": f"tensordesc<i64[{bm}, 16],{tma_tiles.layout([bm, 16], gl.int64)!r}>",
-                  "wq_ptr": f"tensordesc<i32[16, {bn}],{tma_tiles.layout([16, bn], gl.int32, False)!r}>",
+                  "wq_ptr": f"tensordesc<i32{wt},{tma_tiles.layout(wt, gl.int32)!r}>",
                   "sz_ptr": f"tensordesc<i32[{bn}],{tma_tiles.layout([bn], gl.int32, False)!r}>"}
         if constexprs["BITS"] == 5:  # the fifth-bit bytes' tiles
             types["wh_ptr"] = f"tensordesc<u8[16, {bn}],{tma_tiles.layout([16, bn], gl.uint8, False)!r}>"

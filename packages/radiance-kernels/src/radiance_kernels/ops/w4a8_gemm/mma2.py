@@ -212,8 +212,8 @@ def _rows_to_shared(x_ptr, part, m0, M, G, g_lo, g_hi, BM: gl.constexpr, GPS: gl
 
 @gluon.jit
 def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred, BITS: gl.constexpr):
-    """TMA group g's weight words ``[16, BN]`` (int5: and their fifth-bit bytes ``[16, BN]``), activation words
-    ``[16 rows, 16]`` (int64; rows from the partition's first: those past M are not stored) and scale / zero words
+    """TMA group g's weight words ``[BN / 64, 16, 2, 32]`` (int5: and their fifth-bit bytes ``[16, BN]``), activation
+    words ``[16 rows, 16]`` (int64; rows from the partition's first: those past M are not stored) and scale / zero words
     ``[BN]`` (``sz`` flat: a partial last tile reads the next group's head, columns that are not stored) into stage
     ``st``."""
     wq_desc, a_desc, sz_desc, wh_desc = descs
@@ -221,7 +221,7 @@ def _tiles_to_shared(descs, ring, st, g, a_row, n0, N, pred, BITS: gl.constexpr)
     nbytes: gl.constexpr = wq_desc.block_type.nbytes + a_desc.block_type.nbytes + sz_desc.block_type.nbytes + \
         (wh_desc.block_type.nbytes if BITS == 5 else 0)
     mbarrier.expect(bars.index(st), nbytes, pred=pred)
-    tma.async_copy_global_to_shared(wq_desc, [g * 16, n0], bars.index(st), ring[0].index(st), pred=pred)
+    tma.async_copy_global_to_shared(wq_desc, [n0 // 64, g * 16, 0, 0], bars.index(st), ring[0].index(st), pred=pred)
     tma.async_copy_global_to_shared(a_desc, [a_row, g * 16], bars.index(st), ring[1].index(st), pred=pred)
     tma.async_copy_global_to_shared(sz_desc, [g * N + n0], bars.index(st), ring[2].index(st), pred=pred)
     if BITS == 5:
@@ -236,16 +236,34 @@ def _transposed(ll):
                                       [ll.shape[1], ll.shape[0]])
 
 
+@gluon.constexpr_function
+def _in_column_blocks(ll, cols):
+    """The linear layout ``ll`` of a 2-D word tensor (columns on dim ``cols``) as the layout of the same words held
+    as ``[columns / 64, word rows, 2, 32]`` (column c = 64 b1 + 32 b0 + c % 32): the weight stage's column blocks."""
+    split = lambda bases: [[b[cols] >> 6, b[1 - cols], b[cols] >> 5 & 1, b[cols] & 31] for b in bases]  # noqa: E731
+    return gl.DistributedLinearLayout(split(ll.reg_bases), split(ll.lane_bases), split(ll.warp_bases),
+                                      split(ll.block_bases), [ll.shape[cols] // 64, ll.shape[1 - cols], 2, 32])
+
+
 @gluon.jit
-def _staged(x_st, h: gl.constexpr, L: gl.constexpr, KW: gl.constexpr, OP: gl.constexpr, T: gl.constexpr = False):
+def _staged(x_st, h: gl.constexpr, L: gl.constexpr, KW: gl.constexpr, OP: gl.constexpr, T: gl.constexpr = False,
+            BLOCKS: gl.constexpr = False):
     """Half h's fragment words (operand OP: 0 = A ``[rows, 8 KW]``, 1 = B ``[8 KW, cols]``; slot s: word ``s // KW``
     of the half) from a stage of words — the activations' ``[rows, 16]`` for A and the weights' ``[16, cols]`` for B,
     or with T (swap-AB) the other stage, read transposed: each thread loads its two words per row / column once (the
     k-width-1 fragment: words t, t + 4) and names each KW times (joins), a register-only relabelling onto ``L``. T
     permutes registers, not the shared tile: a permuted unswizzled NVMMA tile reads as if its rows were contiguous
-    (Triton 3.6 / 3.7)."""
+    (Triton 3.6 / 3.7). BLOCKS: the weight words staged as 128-byte swizzled rows ``[cols / 64, 16, 2, 32]`` (row
+    ``(b1, k, b0)``: the swizzle phase of word row k is 2k + b0): a fragment read's 32 lanes (8 columns x 4 word rows)
+    hit 32 banks; unswizzled ``[16, cols]`` rows (pitch a multiple of 32 words) put the 4 lanes of a column on one bank
+    (H200 ncu, call 117: 63 % of the shared wavefronts excessive)."""
     L1: gl.constexpr = gl.DotOperandLayout(operand_index=OP, parent=L.parent, k_width=1)
-    if T:  # the words' axis is the stage's other one: load in L1 transposed, then swap the register labels
+    if BLOCKS:  # load the half's [cols / 64, 8, 2, 32] words so, then relabel them to [cols, 8] / [8, cols]
+        xs = x_st.slice(8 * h, 8, dim=1)
+        frag: gl.constexpr = [64 * xs.shape[0], 8] if T else [8, 64 * xs.shape[0]]
+        x = xs.load(_in_column_blocks(gl.to_linear_layout(L1, frag), 0 if T else 1))
+        x = gl.reshape(gl.permute(x, (0, 2, 3, 1) if T else (1, 0, 2, 3)), frag)
+    elif T:  # the words' axis is the stage's other one: load in L1 transposed, then swap the register labels
         xs = x_st.slice(8 * h, 8, dim=OP)
         x = gl.permute(xs.load(_transposed(gl.to_linear_layout(L1, [xs.shape[1], xs.shape[0]]))), (1, 0))
     else:
@@ -304,7 +322,7 @@ def _w4a8_mma2_kernel(
     g_hi = gl.minimum(g_lo + groups_per_split, G)
     if STAGES:  # a_ptr, wq_ptr, sz_ptr (int5: wh_ptr): TMA descriptors; group g_lo + i in stage i
         descs = (wq_ptr, a_ptr, sz_ptr, wh_ptr)
-        w_s = gl.allocate_shared_memory(gl.int32, [STAGES, 16, BN], wq_ptr.layout)
+        w_s = gl.allocate_shared_memory(gl.int32, [STAGES, BN // 64, 16, 2, 32], wq_ptr.layout)  # column blocks
         a_s = gl.allocate_shared_memory(gl.int64, [STAGES, BM, 16], a_ptr.layout)
         s_s = gl.allocate_shared_memory(gl.int32, [STAGES, BN], sz_ptr.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -361,8 +379,8 @@ def _w4a8_mma2_kernel(
             if ABLATE == 4:  # bench only (wrong results): the ring alone, no fragment read
                 sz = gl.zeros([BN], gl.int32, COL) + rel
             else:  # SWAP: the stages read transposed, the weights as the A operand and the activations as B
-                w0 = _staged(ring[0].index(st), 0, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP)
-                w1 = _staged(ring[0].index(st), 1, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP)
+                w0 = _staged(ring[0].index(st), 0, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP, True)
+                w1 = _staged(ring[0].index(st), 1, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP, True)
                 a0 = _staged(ring[1].index(st), 0, LB if SWAP else LA, KW, 1 if SWAP else 0, SWAP)
                 a1 = _staged(ring[1].index(st), 1, LB if SWAP else LA, KW, 1 if SWAP else 0, SWAP)
                 sz = ring[2].index(st).load(COL)
@@ -450,10 +468,16 @@ def ring_descriptors(a: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, BN: in
                      wh: torch.Tensor | None = None) -> tuple[TensorDescriptor, ...]:
     """The ``STAGES`` kernel's TMA descriptors: the activations ``a [P, M, K]`` as int64 words ``[P M, K/8]`` in
     ``[BM, 16]`` tiles (128-byte swizzle: a warp's fragment reads hit distinct banks), ``wq [K/8, N]`` words in
-    ``[16, BN]`` tiles, ``sz [G, N]`` words flat in ``[BN]`` tiles (unswizzled), and int5's fifth-bit bytes ``wh
-    [K/8, N]`` in ``[16, BN]`` tiles (unswizzled; None for int4)."""
+    ``[16, BN]`` tiles landing as ``[BN/64, 16, 2, 32]`` (a 4-D view whose strides are not in order — TMA takes them
+    so —, 128-byte swizzle; N a multiple of 64), ``sz [G, N]`` words flat in ``[BN]`` tiles (unswizzled), and int5's
+    fifth-bit bytes ``wh [K/8, N]`` in ``[16, BN]`` tiles (unswizzled; None for int4)."""
     P, M, K = a.shape
     words = a.reshape(P * M, K).view(torch.int64)
-    return (tma_tiles.descriptor(words, [BM, 16], gl.int64), tma_tiles.descriptor(wq, [16, BN], gl.int32, False),
+    K8, N = wq.shape
+    if N % 64:
+        raise ValueError(f"w4a8_gemm config: the mma2 ring stages weights in 64-column blocks, N={N} is not a multiple")
+    blocks = wq.view(K8, N // 64, 2, 32).permute(1, 0, 2, 3)  # [N/64, K/8, 2, 32], strides [64, N, 32, 1]
+    return (tma_tiles.descriptor(words, [BM, 16], gl.int64),
+            tma_tiles.descriptor(blocks, [BN // 64, 16, 2, 32], gl.int32),
             tma_tiles.descriptor(sz.view(-1), [BN], gl.int32, False),
             None if wh is None else tma_tiles.descriptor(wh, [16, BN], gl.uint8, False))
