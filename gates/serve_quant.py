@@ -22,8 +22,6 @@ from radiance_vllm.server import VLLMServer
 #: tenth of it, so a path that skipped or mis-simulated the activation quantization fails.
 KL_BAR = 1e-4
 ACT_FRACTION = 0.1
-SINGLE_PROCESS_ARGS = ["--max-logprobs", "-1", "--distributed-executor-backend", "uni"]
-SINGLE_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def checkpoint(ctx, name: str):
@@ -31,8 +29,8 @@ def checkpoint(ctx, name: str):
 
 
 def server_for(ctx, model, name: str, env: dict[str, str], launcher: bool = False) -> VLLMServer:
-    return VLLMServer(model, ctx.workdir / f"server-quant-{name}", args=SINGLE_PROCESS_ARGS,
-                      env={**SINGLE_PROCESS_ENV, **env}, launcher=launcher)
+    return VLLMServer(model, ctx.workdir / f"server-quant-{name}", args=["--max-logprobs", "-1"], env=env,
+                      launcher=launcher)
 
 
 def format_rows(ctx, name: str) -> list[Row]:
@@ -55,6 +53,10 @@ def format_rows(ctx, name: str) -> list[Row]:
         printed = log.count("[radiance] kernel backend: ")
         rows.append(Row(f"serve_quant {name}: backend chosen explicitly, printed once", f"printed {printed}x",
                         "exactly once", printed == 1))
+        if spec.launcher:  # radiance serve: its compile-cache key, then vLLM's own server in its place
+            execs = "[radiance] compile-cache key" in log and "vllm.entrypoints.openai.api_server" in log
+            rows.append(Row(f"serve_quant {name}: radiance serve execs vLLM's server", f"cache key + exec: {execs}",
+                            "both logged", execs))
         if spec.env.get("RADIANCE_CHECKALL") == "1":
             lines = [ln for ln in log.splitlines() if "[radiance.checkall]" in ln]
             real = sum("real inputs" in ln for ln in lines)

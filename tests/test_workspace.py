@@ -56,3 +56,14 @@ def test_version_skew_fails_to_lock(tmp_path):
     assert res.returncode != 0, "a skewed radiance-kernels version synced without error"
     assert "radiance-quant requires 'radiance-kernels==0.1.0' but the workspace has radiance-kernels 0.1.1" \
         in res.stderr, res.stderr
+
+
+def test_ci_runs_every_package_suite_once():
+    """`.ci/run` runs each package's tests session, except radiance-kernels', whose suite the gates run (every test
+    file a row of gates/kernels.py): no suite is left out and none runs twice."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    sessions = set(re.findall(r"tests\(package='([\w-]+)'\)", ci))
+    assert "nox -s gates" in ci
+    assert sessions == set(PACKAGES) - {"radiance-kernels"}, sessions
+    gated = re.search(r'SUITE = .*"packages" / "([\w-]+)" / "tests"', (ROOT / "gates" / "kernels.py").read_text())
+    assert gated and gated.group(1) == "radiance-kernels"

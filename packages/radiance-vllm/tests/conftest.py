@@ -10,9 +10,6 @@ import pytest
 
 from radiance_vllm.server import VLLMServer
 
-#: One process instead of three (no engine-core / worker subprocesses): ~1 min less start on 2 cores.
-SINGLE_PROCESS = {"args": ["--distributed-executor-backend", "uni"], "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}
-
 
 @pytest.fixture(scope="session")
 def tiny_float(tmp_path_factory) -> Path:
@@ -30,11 +27,11 @@ def tensor_parallel(tp: int) -> dict:
 
 
 def served(model: Path, workdir: Path, env: dict[str, str] | None = None, dtype: str = "float32",
-           launcher: bool = False, tp: int = 1) -> VLLMServer:
+           tp: int = 1) -> VLLMServer:
     """A started server for ``model`` (full prompt logprobs enabled; ``tp`` > 1: that many tensor-parallel
     workers); the caller stops it."""
-    procs = SINGLE_PROCESS if tp == 1 else tensor_parallel(tp)
-    server = VLLMServer(model=model, workdir=workdir, dtype=dtype, launcher=launcher,
+    procs = {"args": [], "env": {}} if tp == 1 else tensor_parallel(tp)
+    server = VLLMServer(model=model, workdir=workdir, dtype=dtype, single_process=tp == 1,
                         args=["--max-logprobs", "-1", *procs["args"]], env={**procs["env"], **(env or {})})
     return server.start(timeout=900)
 
