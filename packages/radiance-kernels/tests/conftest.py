@@ -37,3 +37,21 @@ def gemm_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
 @pytest.fixture
 def device() -> str:
     return DEVICE
+
+
+def compiled_for_sm90(script: str) -> list[dict]:
+    """Run a compile-for-sm_90 ``script`` in a clean process (the interpreter's patches of the language break
+    compilation in this one; no GPU needed) and return the JSON list it prints last; skips without a bundled
+    ptxas."""
+    import json
+    import subprocess
+    import sys
+
+    import triton
+
+    if not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
+        pytest.skip("this Triton has no bundled ptxas")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.splitlines()[-1])

@@ -1,10 +1,13 @@
+from fractions import Fraction
+
 import pytest
 import torch
-from conftest import FULL_SHAPES
+from conftest import FULL_SHAPES, GPU, compiled_for_sm90
 
 from radiance_kernels import BackendUnavailableError
 from radiance_kernels.formats import e4m3
 from radiance_kernels.formats.rotation import random_rotations, rotate
+from radiance_kernels.ops.rotate_quant import gluon as rq_gluon
 from radiance_kernels.ops.rotate_quant import reference
 from radiance_kernels.ops.rotate_quant import triton as rq_triton
 from radiance_kernels.ops.stream import triton as st
@@ -64,7 +67,8 @@ def test_triton_equals_reference_bytewise(device, dtype, P, M, K):
 
 
 def test_default_config_follows_m(monkeypatch):
-    """A launch naming no config gets the small-M config up to SMALL_M rows and the default above."""
+    """A launch naming no config gets the small-M config up to SMALL_M rows and the default above (the Gluon prefill
+    kernel takes over from its MIN_M only on the GPUs it was measured on: not here)."""
     assert st.default_config(1) == st.default_config(st.SMALL_M) == st.SMALL_M_DEFAULT != st.DEFAULT
     assert st.default_config(st.SMALL_M + 1) == st.DEFAULT
     seen = []
@@ -243,6 +247,130 @@ def test_sm90_codegen_is_exact_ieee():
     assert run.stdout.strip().splitlines()[-1] == "[]", run.stdout
 
 
+def _rn32(x: Fraction) -> Fraction:
+    """x rounded to the nearest binary32 value, ties to even (subnormals included, no overflow)."""
+    if x == 0:
+        return Fraction(0)
+    m = abs(x)
+    e = m.numerator.bit_length() - m.denominator.bit_length()
+    e = max(e - (Fraction(2) ** e > m), -126)
+    n, rem = divmod(m * 2 ** (23 - e), 1)
+    n = int(n) + (rem > Fraction(1, 2) or (rem == Fraction(1, 2) and int(n) & 1))
+    return (1 if x > 0 else -1) * n * Fraction(2) ** (e - 23)
+
+
+def _markstein_misses(lo: int, hi: int, n: int, seed: int) -> tuple[int, int]:
+    """(quotients >= 2^-11 where the FAST quotient of :func:`rq_triton._quotient` differs from RN(v / scale), those
+    below 2^-11 off by more than an ulp of 2^-11) over n random binary32 pairs: scale in [2^lo, 2^hi), |v| <=
+    448.0001 scale (finite), the quotient's magnitude log-spread down to 2^-160. Exact rational arithmetic (an FMA
+    rounds once)."""
+    import numpy as np
+
+    gen = np.random.default_rng(seed)
+    scale = (gen.uniform(1, 2, n) * 2.0 ** gen.integers(lo, hi, n)).astype(np.float32)
+    mag = np.where(gen.random(n) < 0.5, gen.uniform(0, 448.0001, n), 2.0 ** gen.uniform(-160, 9, n))
+    with np.errstate(over="ignore"):
+        v = (np.sign(gen.random(n) - 0.5) * mag * scale).astype(np.float32)
+    keep = np.isfinite(v)
+    big = small = 0
+    for a, b in zip(map(Fraction, v[keep].tolist()), map(Fraction, scale[keep].tolist()), strict=True):
+        r = _rn32(1 / b)
+        q0 = _rn32(a * r)
+        q = _rn32(q0 + _rn32(a - q0 * b) * r)
+        want = _rn32(a / b)
+        if abs(want) >= Fraction(2) ** -11:
+            big += q != want
+        else:
+            small += abs(q - want) > Fraction(2) ** -34
+    return big, small
+
+
+def test_markstein_quotient_is_div_rn_above_the_scale_floor():
+    """The FAST quotient's claim, in exact arithmetic: with every scale in the window it takes ([2^-90, 2^126]) the
+    quotient equals IEEE division wherever the code can depend on it (|q| >= 2^-11) and stays within an ulp below;
+    under 2^-100 it misses — the floor is needed."""
+    lo = int(torch.tensor(rq_triton._FAST_MIN_SCALE.value).log2())
+    hi = int(torch.tensor(rq_triton._FAST_MAX_SCALE.value).log2())
+    assert (lo, hi) == (-90, 126)
+    assert _markstein_misses(lo, hi, 4000, seed=1) == (0, 0)
+    assert _markstein_misses(-126, -100, 4000, seed=2)[0] > 0
+
+
+GLUON = sorted(rq_gluon.CONFIGS)
+
+
+def test_gluon_configs_refuse_the_interpreter():
+    """A Gluon config named where Gluon cannot run raises, naming it — never the Triton kernel in its place."""
+    if GPU:
+        pytest.skip("this machine has a GPU")
+    x = torch.zeros(64, 128, dtype=torch.bfloat16)
+    with pytest.raises(BackendUnavailableError, match="rotate_quant cfg 'gl128w16' is the Gluon prefill kernel"):
+        rq_triton.rotate_quant(x, *random_rotations(1, 128), "e4m3", "group", cfg="gl128w16")
+
+
+def test_default_config_takes_gluon_from_min_m_where_measured(monkeypatch):
+    monkeypatch.setattr(rq_gluon, "measured_on", lambda device: True)
+    for M, want in ((rq_gluon.MIN_M - 1, st.DEFAULT), (rq_gluon.MIN_M, rq_gluon.DEFAULT), (1, st.SMALL_M_DEFAULT)):
+        assert rq_triton.default_config(torch.empty(M, 128)) == want, M
+    monkeypatch.setattr(rq_gluon, "measured_on", lambda device: False)
+    assert rq_triton.default_config(torch.empty(rq_gluon.MIN_M, 128)) == st.DEFAULT
+
+
+@pytest.mark.skipif(not GPU, reason="Gluon kernels run on GPUs only")
+@pytest.mark.parametrize("cfg", GLUON)
+def test_gluon_configs_equal_reference_bytewise_gpu(cfg):
+    """Every Gluon config against the reference, byte for byte: M = 37 and 300 leave partial row blocks at every
+    BR, the mixed rows (zeros, subnormal inputs, an outlier, underflowing scales) take the FAST quotient's div.rn
+    branch in their tile while the other tiles take Markstein's; fp16 / fp32 inputs, strided rows."""
+    for dtype, P, M, K in ((torch.bfloat16, 3, 37, 256), (torch.bfloat16, 2, 300, 640), (torch.float16, 1, 200, 384),
+                           (torch.float32, 2, 130, 256)):
+        big = activations(M, 2 * K, dtype, seed=M + K, device="cuda")
+        x = big[:, :K]
+        recs = random_rotations(P, K, seed=K + P, device="cuda")
+        for elem, granularity in VARIANTS:
+            want = reference.rotate_quant(x, *recs, elem, granularity)
+            for hw in (False, True) if elem == "e4m3" else (False,):
+                got = rq_triton.rotate_quant(x, *recs, elem, granularity, hw=hw, cfg=cfg,
+                                             out=poisoned(P, M, K, elem, granularity, "cuda"))
+                assert_same(got, want)
+
+
+GLUON_SM90 = """
+import json, re
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from radiance_kernels.ops.rotate_quant import gluon as rg
+out = []
+k = rg._rotate_quant_kernel
+for cfg, elem, pass_ in (("gl128w16", 0, 0), ("gl128w16", 1, 0), ("gl128w16", 0, 1), ("gl128w16_div", 0, 2)):
+    c = rg.CONFIGS[cfg]
+    ce = dict(DT=2, NL=8, ELEM=elem, HW=True, PASS=pass_, RPT=c["RPT"], NW=c["num_warps"], FAST=c["fast"])
+    types = {"x_ptr": "*i16", "mate_ptr": "*i32", "cs_ptr": "*fp16", "q_ptr": "*i8" if elem else "*u8",
+             "inv_qmax": "fp32"}
+    sig = {n: "constexpr" if n in ce else types.get(n, "*fp32" if n.endswith("_ptr") else "i32") for n in k.arg_names}
+    ptx = triton.compile(GluonASTSource(fn=k, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
+                         options={"num_warps": c["num_warps"], "enable_fp_fusion": False}).asm["ptx"]
+    out.append(dict(cfg=cfg, elem=elem, pass_=pass_, fast=c["fast"], shfl_idx="shfl.sync.idx" in ptx,
+                    ld4=len(re.findall(r"ld\\.shared\\.v4\\.b32", ptx)),
+                    st4=len(re.findall(r"st\\.shared\\.v4\\.b32", ptx)),
+                    fma=len(re.findall(r"\\bfma\\.rn\\.f32", ptx)), div="div.rn.f32" in ptx,
+                    approx=sorted(set(re.findall(r"\\.ftz\\b|div\\.(?:full|approx)|rcp\\.approx", ptx)))))
+print(json.dumps(out))
+"""
+
+
+def test_gluon_compiles_for_sm90():
+    """The Gluon kernel compiles for sm_90 with this environment's Triton (the H200 runs 3.6): the Givens layers'
+    lookups go through shared memory as 16-byte vectors at RPT 4 (8 layers x 8 channels per thread, each way; no
+    index shuffle), no flush-to-zero or approximate division anywhere; FMAs only in the FAST quotient (the rotation
+    stays mul / mul / add), IEEE division kept for its fallback and the reciprocal, none in pass 1."""
+    for r in compiled_for_sm90(GLUON_SM90):
+        assert not r["shfl_idx"] and r["ld4"] >= 64 and r["st4"] >= 64 and r["approx"] == [], r
+        assert r["div"] == (r["pass_"] != 1), r
+        assert (r["fma"] > 0) == (r["fast"] and r["pass_"] != 1), r
+
+
 FULL_M = (1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192)
 
 
@@ -250,6 +378,7 @@ FULL_M = (1, 5, 8, 16, 40, 64, 128, 1024, 2048, 8192)
 @pytest.mark.parametrize("K", (5120, 17408))
 @pytest.mark.parametrize("M", FULL_M)
 def test_full_shapes_bytewise_gpu(K, M):
+    """The default config for M (from the Gluon kernel's MIN_M on the H200) and, at prefill M, every Gluon config."""
     x = activations(M, K, torch.bfloat16, seed=M, device="cuda")
     for P in (1, 2, 3):
         recs = random_rotations(P, K, seed=P, device="cuda")
@@ -257,9 +386,10 @@ def test_full_shapes_bytewise_gpu(K, M):
         for elem, granularity in VARIANTS:
             want = reference.quantize(xr, elem, granularity)
             for hw in (False, True) if elem == "e4m3" else (False,):
-                got = rq_triton.rotate_quant(x, *recs, elem, granularity, hw=hw,
-                                             out=poisoned(P, M, K, elem, granularity, "cuda"))
-                assert_same(got, want)
+                for cfg in [None] + (GLUON if M >= 1024 else []):
+                    got = rq_triton.rotate_quant(x, *recs, elem, granularity, hw=hw, cfg=cfg,
+                                                 out=poisoned(P, M, K, elem, granularity, "cuda"))
+                    assert_same(got, want)
             del want, got
         del xr
 

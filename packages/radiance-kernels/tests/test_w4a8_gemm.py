@@ -10,7 +10,7 @@ import struct
 
 import pytest
 import torch
-from conftest import FULL_SHAPES, GPU, REL, gemm_error
+from conftest import FULL_SHAPES, GPU, REL, compiled_for_sm90, gemm_error
 
 from radiance_kernels import shapes
 from radiance_kernels.formats import awq, e4m3
@@ -394,25 +394,6 @@ print(json.dumps(out))
 MMA2_KINDS = {(False, False): "m16n8k16.row.col.f32.f16.f16.f32", (True, False): "m16n8k16.row.col.f32.f16.f16.f32",
               (False, True): "m16n8k32.row.col.f32.e4m3.e4m3.f32",
               (True, True): "m16n8k32.row.col.satfinite.s32.s8.s8.s32"}
-
-
-def compiled_for_sm90(script: str) -> list[dict]:
-    """Run a compile-for-sm_90 ``script`` in a clean process (the interpreter's patches of the language break
-    compilation in this one; no GPU needed) and return the JSON list it prints last; skips without a bundled
-    ptxas."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    import triton
-
-    if not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
-        pytest.skip("this Triton has no bundled ptxas")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return json.loads(run.stdout.splitlines()[-1])
 
 
 def test_mma2_compiles_for_sm90():

@@ -16,6 +16,7 @@ The kernel itself is :func:`radiance_kernels.ops.stream.triton.launch` (one kern
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -87,15 +88,57 @@ def _e4m3_x512(code):
     return tl.where(code >= 0x80, -mag, mag)
 
 
+#: The row scales for which :func:`_quotient`'s ``FAST`` form is taken (see there).
+_FAST_MIN_SCALE: tl.constexpr = tl.constexpr(2.0**-90)
+_FAST_MAX_SCALE: tl.constexpr = tl.constexpr(2.0**126)
+
+
+@triton.jit
+def _quotient(v, scale, live, FAST: tl.constexpr):
+    """v [BM, 128] / scale [BM], correctly rounded (IEEE ``div.rn``); 0 on rows that are not ``live``.
+
+    ``FAST`` (GPUs: hardware FMA): by the row's correctly rounded reciprocal r and Markstein's correction,
+    ``q0 = v·r``, ``q = fma(fma(-q0, scale, v), r, q0)`` — three operations per element instead of ``div.rn``'s seven
+    and its range check. With r = RN(1/scale) and q0 within an ulp of v / scale, the residual ``v - q0·scale`` is exact
+    and q = RN(v / scale) unless something underflows. Taken when every live row's scale lies in [2^-90, 2^126]: there
+    the residual is exact for every quotient of magnitude >= 2^-11, and a smaller one — code 0 in e4m3 and int8
+    alike, exact or not — stays within an ulp (checked against exact rationals in the tests, which also find wrong
+    quotients above 2^-11 once scales go below 2^-100); a tile with another scale takes ``div.rn``.
+    """
+    d = tl.where(live, scale, 1.0)
+    if FAST:
+        if (tl.min(d, axis=0) >= _FAST_MIN_SCALE) & (tl.max(d, axis=0) <= _FAST_MAX_SCALE):
+            r = tl.math.div_rn(1.0, d)[:, None]
+            q0 = v * r
+            q = tl.fma(tl.fma(-q0, d[:, None], v), r, q0)
+        else:
+            q = tl.math.div_rn(v, d[:, None])
+    else:
+        q = tl.math.div_rn(v, d[:, None])
+    return tl.where(live[:, None], q, 0.0)
+
+
+@triton.jit
+def _e4m3_row_sums(code, FAST: tl.constexpr):
+    """Sum over each row of the e4m3 values of code [BM, 128] (int32 codes), exact, as fp32 [BM]: the values ×512,
+    integers, summed in int32 and rounded once. ``FAST`` (GPUs) forms them by the hardware decode (e4m3 -> fp16,
+    exact) and a multiply, else in integer ops (:func:`_e4m3_x512`; the interpreter has no exact fp8 decode)."""
+    if FAST:
+        x512 = (code.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32) * 512.0).to(tl.int32)
+    else:
+        x512 = _e4m3_x512(code)
+    return tl.sum(x512, axis=1).to(tl.float32) * 0.001953125
+
+
 @triton.jit
 def quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols,
-                ELEM: tl.constexpr, HW: tl.constexpr):
-    """Encode v [BM, 128] with per-row dequant scale [BM] (ELEM 0 e4m3, 1 int8); store codes and row sums."""
-    live = scale > 0
-    q = tl.where(live[:, None], tl.math.div_rn(v, tl.where(live, scale, 1.0)[:, None]), 0.0)
+                ELEM: tl.constexpr, HW: tl.constexpr, FAST: tl.constexpr = False):
+    """Encode v [BM, 128] with per-row dequant scale [BM] (ELEM 0 e4m3, 1 int8); store codes and row sums.
+    ``FAST``: :func:`_quotient`'s and :func:`_e4m3_row_sums`' GPU forms (same bits)."""
+    q = _quotient(v, scale, scale > 0, FAST)
     if ELEM == 0:
         code = e4m3_encode(q, HW)
-        rs = tl.sum(_e4m3_x512(code), axis=1).to(tl.float32) * 0.001953125
+        rs = _e4m3_row_sums(code, FAST)
         out = code.to(tl.uint8)
     else:
         r = tl.minimum(tl.maximum((q + _RINT) - _RINT, -127.0), 127.0)
@@ -107,11 +150,45 @@ def quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols,
     tl.store(rs_ptr + base * G + g, rs, mask=rmask)
 
 
+def output_buffers(given: dict[str, torch.Tensor] | None, wanted: dict[str, tuple[tuple, torch.dtype]],
+                   device) -> dict[str, torch.Tensor]:
+    """The launch's outputs by name: each ``given`` buffer (tests poison them) checked to be a contiguous tensor of
+    the ``wanted`` (shape, dtype) — a ValueError names it otherwise —, the others allocated."""
+    given = given or {}
+    out = {}
+    for name, (shape, dtype) in wanted.items():
+        t = given.get(name)
+        if t is None:
+            t = torch.empty(shape, dtype=dtype, device=device)
+        elif tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous():
+            raise ValueError(f"out[{name!r}] must be a contiguous {dtype} {list(shape)}, "
+                             f"got {t.dtype} {list(t.shape)}")
+        out[name] = t
+    return out
+
+
+def default_config(x: torch.Tensor) -> str:
+    """The launch config ``rotate_quant`` takes for x when the caller names none: the Gluon prefill kernel's
+    default (:mod:`.gluon`) from :data:`.gluon.MIN_M` rows where it runs and was measured, else the Triton
+    kernel's default for M (:func:`radiance_kernels.ops.stream.triton.default_config`)."""
+    from radiance_kernels.ops.rotate_quant import gluon
+    from radiance_kernels.ops.stream.triton import default_config as triton_default
+
+    if x.shape[0] >= gluon.MIN_M and gluon.measured_on(x.device):
+        return gluon.DEFAULT
+    return triton_default(x.shape[0])
+
+
 def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, hw: bool = False, out=None,
                  cfg: str | None = None):
     """Triton ``rotate_quant`` (same contract as the reference); returns {"A", "AS", "RS"}. ``cfg`` names a
-    launch configuration of :data:`radiance_kernels.ops.stream.triton.CONFIGS` (None: the default for M)."""
+    launch configuration of the Triton kernel (:data:`radiance_kernels.ops.stream.triton.CONFIGS`) or of the Gluon
+    prefill kernel (:data:`.gluon.CONFIGS`); None: :func:`default_config`."""
+    from radiance_kernels.ops.rotate_quant import gluon
     from radiance_kernels.ops.stream.triton import launch
 
+    cfg = default_config(x) if cfg is None else cfg
+    if cfg in gluon.CONFIGS:
+        return gluon.rotate_quant(x, pairs, theta, channel_scales, elem, granularity, hw, out, cfg)
     return launch("none", x, rotation=(pairs, theta, channel_scales), elem=elem, granularity=granularity,
                   hw=hw, out=out, cfg=cfg)

@@ -39,7 +39,14 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from radiance_kernels.backends import programmatic_launch_on
 from radiance_kernels.formats.rotation import GROUP, givens_tables
 from radiance_kernels.ops.rotate_quant import reference as rq_ref
-from radiance_kernels.ops.rotate_quant.triton import load_f32, quant_store, rotate_group, round_to, store_dt
+from radiance_kernels.ops.rotate_quant.triton import (
+    load_f32,
+    output_buffers,
+    quant_store,
+    rotate_group,
+    round_to,
+    store_dt,
+)
 from radiance_kernels.ops.stream import reference as ref
 
 PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 1, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
@@ -371,18 +378,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     G = K // GROUP
     kind = PRODUCERS[producer]
     dev = a.device
-    given = out or {}
-    out = {}
-
-    def buf(name, shape, dtype):
-        t = given.get(name)
-        if t is None:
-            t = torch.empty(shape, dtype=dtype, device=dev)
-        elif tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous():
-            raise ValueError(f"out[{name!r}] must be a contiguous {dtype} {list(shape)}, "
-                             f"got {t.dtype} {list(t.shape)}")
-        out[name] = t
-
+    wanted = {}
     quant = rotation is not None
     token = quant and granularity == "token"
     scratch = scratch and token
@@ -390,22 +386,22 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
         raise ValueError(f"prologue split={split!r} applies to add_rms producers and per-token scratch configs, "
                          f"not {producer!r} {granularity or 'plain'} with cfg {cfg!r}")
     if store_hs:
-        buf("hs", (M, K), dt)
+        wanted["hs"] = ((M, K), dt)
         if kind == 1:
-            buf("residual", (M, K), dt)
+            wanted["residual"] = ((M, K), dt)
     if quant:
         pairs, theta, channel_scales = rotation
         P, NL = pairs.shape[0], pairs.shape[1]
         mate, cos, sin = givens_tables_cached(pairs, theta)
         cs = channel_scales.contiguous()
         a_shape, as_shape, rs_shape = rq_ref.output_shapes(P, M, K, granularity)
-        buf("A", a_shape, rq_ref.code_dtype(elem))
-        buf("AS", as_shape, torch.float32)
-        buf("RS", rs_shape, torch.float32)
+        wanted |= {"A": (a_shape, rq_ref.code_dtype(elem)), "AS": (as_shape, torch.float32),
+                   "RS": (rs_shape, torch.float32)}
         inv_qmax = rq_ref.INV_QMAX[elem]
     else:
         P, NL, inv_qmax = 1, 0, 0.0
         mate = cos = sin = cs = torch.empty(1, dtype=torch.float32, device=dev)  # never read
+    out = output_buffers(out, wanted, dev)
     dummy = torch.empty(1, dtype=torch.int16 if dt == torch.bfloat16 else dt, device=dev)  # never read
     xa, xb = (0 if t is None or t.dim() == 2 else t.shape[0] for t in (a, b))  # split partials
     sxa, sxb = (t.stride(0) if n else 0 for t, n in ((a, xa), (b, xb)))

@@ -1,0 +1,138 @@
+"""Prefill ``rotate_quant`` on Gluon (NVIDIA): the Givens layers with the rows across the lanes.
+
+The Triton kernel (:mod:`radiance_kernels.ops.stream.triton`) holds a 128-group's channels across a warp's lanes,
+so each layer's partner lookup (``tl.gather`` along the channels) is warp-local: a shuffle per source register and
+a select per candidate, ~4 SHFL + 2 FSEL + index math per element and layer (ptxas sm_90: 142-161 instructions per
+element in all, at bm16w4). Here a program owns ``BR = 32·RPT`` rows of one 128-group and the lanes run along the
+rows: the tile ``[BR, 128]`` gives each thread ``RPT`` consecutive rows × ``128 / NW`` consecutive channels, the
+``NW`` warps side by side along the channels. The lookup then crosses warps, so Triton lowers the gather through
+shared memory: the tile stored at word ``row + BR·channel``, the partner read back at ``row + BR·mate``. Every
+lane of a warp asks for the same channel (a layer's pairs are the same for every row), so a warp's reads cover
+consecutive words, ``RPT`` of them per lane as one vector: no bank conflict whatever the pairs — the conflicts the
+seeds found bounding their RDNA4 producer. Per element and layer: one shared store, one shared load (both 16-byte
+vectors at ``RPT`` 4), two FMUL and an FADD (the reference's ``(c·x) + (s·x_mate)``, launched without FMA
+contraction), ~1.5 address LEA, the layer's tables loaded once per thread for its ``RPT`` rows.
+
+The math is :mod:`.reference`'s operation for operation, as the Triton kernel's (its helpers :func:`load_f32` and
+:func:`quant_store` are shared), so both are byte-identical to the reference. ``PASS``: 0 per-group (scale, codes and
+row sums of each group), 1 per-token amaxes (each (row, group)'s amax of the rotated group into ``amax [P, M, G]``),
+2 per-token codes (the row's scale from its ``G`` amaxes folded in group order, then the group rotated again and
+encoded — twice the rotation, no fp32 scratch round trip). One program per (partition, row block, group).
+
+NVIDIA-only where it has been measured (Gluon's ``BlockedLayout``); the portable twin is the Triton kernel, the same
+math. Not runnable under the interpreter: tested on GPUs against the reference, compiled for sm_90 on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from radiance_kernels.backends import BackendUnavailableError, triton_interpreted
+from radiance_kernels.formats.rotation import GROUP
+from radiance_kernels.ops.rotate_quant import reference
+from radiance_kernels.ops.rotate_quant.triton import load_f32, output_buffers, quant_store
+
+_G: gl.constexpr = gl.constexpr(GROUP)
+
+#: Launch configurations: ``RPT`` rows per thread (``BR = 32·RPT`` rows per program), ``num_warps`` warps along the
+#: 128 channels (``128 / num_warps`` channels per thread), ``fast``: the quantiser's GPU forms (Markstein's quotient,
+#: the hardware e4m3 decode for the row sums: :func:`radiance_kernels.ops.rotate_quant.triton.quant_store`; same
+#: bits). Shared memory: the gather's ``BR × 128`` fp32 tile. ptxas sm_90 (Triton 3.6), instructions per element
+#: (e4m3 per-group / int8 per-group / per-token pass 1 + pass 2), registers: gl128w16 79 / 71 / 48 + 85, 118;
+#: gl128w8 71 / 63 / 45 + 72, 208 (one CTA per SM either way).
+CONFIGS = {
+    "gl128w16": dict(RPT=4, num_warps=16, fast=True),
+    "gl128w16_div": dict(RPT=4, num_warps=16, fast=False),
+    "gl128w8": dict(RPT=4, num_warps=8, fast=True),
+    "gl64w8": dict(RPT=2, num_warps=8, fast=True),
+    "gl32w8": dict(RPT=1, num_warps=8, fast=True),
+}
+DEFAULT = "gl128w16"
+#: The least M at which ``rotate_quant`` takes :data:`DEFAULT` by default (:func:`measured_on` GPUs). Provisional.
+MIN_M = 1024
+
+
+@gluon.jit
+def _rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: gl.constexpr):
+    """Channel-scale and rotate the tile v [BR, 128] (group g) by partition p's NL layers."""
+    v = v * gl.expand_dims(gl.load(cs_ptr + p * K + g * _G + cols).to(gl.float32), 0)
+    for r in gl.static_range(NL):
+        off = (p * NL + r) * K + g * _G + cols
+        mate, _ = gl.broadcast(gl.expand_dims(gl.load(mate_ptr + off), 0), v)
+        c = gl.expand_dims(gl.load(cos_ptr + off), 0)
+        s = gl.expand_dims(gl.load(sin_ptr + off), 0)
+        v = c * v + s * gl.gather(v, mate, 1)
+    return v
+
+
+@gluon.jit
+def _rotate_quant_kernel(x_ptr, stride_x, mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, amax_ptr,
+                         inv_qmax, M, K, G, DT: gl.constexpr, NL: gl.constexpr, ELEM: gl.constexpr,
+                         HW: gl.constexpr, PASS: gl.constexpr, RPT: gl.constexpr, NW: gl.constexpr,
+                         FAST: gl.constexpr):
+    BR: gl.constexpr = 32 * RPT
+    L: gl.constexpr = gl.BlockedLayout([RPT, _G // NW], [32, 1], [1, NW], [0, 1])
+    p = gl.program_id(0)
+    rows = gl.program_id(1) * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, L))
+    g = gl.program_id(2)
+    cols = gl.arange(0, _G, layout=gl.SliceLayout(0, L))
+    rmask = rows < M
+    r64 = gl.expand_dims(rows.to(gl.int64), 1)
+    v = load_f32(x_ptr, r64 * stride_x + g * _G + gl.expand_dims(cols, 0), gl.expand_dims(rmask, 1), DT)
+    v = _rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL)
+    abase = (p * M + rows).to(gl.int64) * G
+    if PASS == 1:
+        gl.store(amax_ptr + abase + g, gl.max(gl.abs(v), axis=1), mask=rmask)
+    else:
+        if PASS == 0:
+            scale = gl.max(gl.abs(v), axis=1) * inv_qmax
+            gl.store(as_ptr + abase + g, scale, mask=rmask)
+        else:  # the row's amax: its groups' in group order from 0, as the Triton kernel's walk (max is exact)
+            amax = gl.zeros_like(rows).to(gl.float32)
+            for c in range(0, G):
+                amax = gl.maximum(amax, gl.load(amax_ptr + abase + c, mask=rmask, other=0.0))
+            scale = amax * inv_qmax
+            gl.store(as_ptr + p * M + rows, scale, mask=rmask & (g == 0))
+        quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW, FAST)
+
+
+def measured_on(device: torch.device | str) -> bool:
+    """Whether ``rotate_quant`` takes this kernel by default on ``device``: an NVIDIA GPU of the class it was measured
+    on (sm_90) outside the interpreter. Named configs run on any NVIDIA GPU (:func:`rotate_quant` says why not)."""
+    device = torch.device(device)
+    return (device.type == "cuda" and not triton_interpreted() and torch.version.cuda is not None
+            and torch.cuda.get_device_capability(device) >= (9, 0))
+
+
+def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, hw: bool, out, cfg: str):
+    """``rotate_quant`` (the contract of :mod:`.reference`) on this kernel in launch config ``cfg``; returns
+    {"A", "AS", "RS"} (``out``: preallocated buffers by those names). Per-token mode in two launches over an fp32
+    [P, M, G] buffer of group amaxes. Raises :class:`BackendUnavailableError` where Gluon cannot run."""
+    from radiance_kernels.ops.stream.triton import givens_tables_cached
+
+    if triton_interpreted() or x.device.type != "cuda" or torch.version.cuda is None:
+        raise BackendUnavailableError(f"rotate_quant cfg {cfg!r} is the Gluon prefill kernel: it needs an NVIDIA GPU "
+                                      f"outside the Triton interpreter (got a {x.device.type} tensor, "
+                                      f"TRITON_INTERPRET={'1' if triton_interpreted() else 'unset'})")
+    P, M, K = pairs.shape[0], x.shape[0], x.shape[1]
+    a_shape, as_shape, rs_shape = reference.output_shapes(P, M, K, granularity)
+    out = output_buffers(out, {"A": (a_shape, reference.code_dtype(elem)), "AS": (as_shape, torch.float32),
+                               "RS": (rs_shape, torch.float32)}, x.device)
+    if M == 0:
+        return out
+    mate, cos, sin = givens_tables_cached(pairs, theta)
+    G, NL = K // _G.value, pairs.shape[1]
+    token = granularity == "token"
+    amax = torch.empty((P, M, G), dtype=torch.float32, device=x.device) if token else out["RS"]  # RS: never read
+    rpt, num_warps, fast = (CONFIGS[cfg][k] for k in ("RPT", "num_warps", "fast"))
+    xv = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
+    dt = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[x.dtype]
+    for pass_ in (1, 2) if token else (0,):
+        _rotate_quant_kernel[(P, triton.cdiv(M, 32 * rpt), G)](
+            xv, x.stride(0), mate, cos, sin, channel_scales.contiguous(), out["A"], out["AS"], out["RS"], amax,
+            reference.INV_QMAX[elem], M, K, G, DT=dt, NL=NL, ELEM=int(elem == "int8"), HW=hw, PASS=pass_, RPT=rpt,
+            NW=num_warps, FAST=fast, num_warps=num_warps, enable_fp_fusion=False)
+    return out
