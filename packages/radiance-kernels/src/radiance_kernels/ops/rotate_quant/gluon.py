@@ -33,7 +33,7 @@ from triton.experimental.gluon import language as gl
 from radiance_kernels.backends import BackendUnavailableError, triton_interpreted
 from radiance_kernels.formats.rotation import GROUP
 from radiance_kernels.ops.rotate_quant import reference
-from radiance_kernels.ops.rotate_quant.triton import load_f32, output_buffers, quant_store
+from radiance_kernels.ops.rotate_quant.triton import output_buffers, quant_store, to_f32
 
 _G: gl.constexpr = gl.constexpr(GROUP)
 
@@ -44,11 +44,17 @@ _G: gl.constexpr = gl.constexpr(GROUP)
 #: (e4m3 per-group / int8 per-group / per-token pass 1 + pass 2), registers: gl128w16 79 / 71 / 48 + 85, 118;
 #: gl128w8 71 / 63 / 45 + 72, 208 (one CTA per SM either way).
 CONFIGS = {
-    "gl128w16": dict(RPT=4, num_warps=16, fast=True),
-    "gl128w16_div": dict(RPT=4, num_warps=16, fast=False),
-    "gl128w8": dict(RPT=4, num_warps=8, fast=True),
-    "gl64w8": dict(RPT=2, num_warps=8, fast=True),
-    "gl32w8": dict(RPT=1, num_warps=8, fast=True),
+    "gl128w16": dict(RPT=4, num_warps=16, fast=True, ahead=True, ctas=1),
+    "gl128w16_na": dict(RPT=4, num_warps=16, fast=True, ahead=False, ctas=1),
+    "gl128w16_div": dict(RPT=4, num_warps=16, fast=False, ahead=True, ctas=1),
+    "gl64w8": dict(RPT=2, num_warps=8, fast=True, ahead=True, ctas=1),
+    "gl64w8_na": dict(RPT=2, num_warps=8, fast=True, ahead=False, ctas=1),
+    "gl32w8": dict(RPT=1, num_warps=8, fast=True, ahead=True, ctas=2),
+    "gl32w8_na": dict(RPT=1, num_warps=8, fast=True, ahead=False, ctas=2),
+    "gl64w16_na": dict(RPT=2, num_warps=16, fast=True, ahead=False, ctas=1),
+    "gl64w16r64": dict(RPT=2, num_warps=16, fast=True, ahead=False, ctas=2, maxnreg=64),
+    "gl64w8r128": dict(RPT=2, num_warps=8, fast=True, ahead=False, ctas=2, maxnreg=128),
+    "gl64w8r128a": dict(RPT=2, num_warps=8, fast=True, ahead=True, ctas=2, maxnreg=128),
 }
 DEFAULT = "gl128w16"
 #: The least M at which ``rotate_quant`` takes :data:`DEFAULT` by default (:func:`measured_on` GPUs). Provisional.
@@ -69,34 +75,62 @@ def _rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: gl.constex
 
 
 @gluon.jit
+def _tile(t, P, G):
+    """Tile t's (partition, group, row block): partition fastest, then group, so the P partitions of one x tile and
+    then its row block's next groups run side by side (the re-reads from L2)."""
+    return t % P, (t // P) % G, t // (P * G)
+
+
+@gluon.jit
+def _load_tile(x_ptr, stride_x, t, T, P, G, M, BR: gl.constexpr, LQ: gl.constexpr):
+    """Tile t's raw activations [BR, 128] in LQ; zeros past M, none loaded past the last tile T."""
+    _, g, rb = _tile(t, P, G)
+    rows = rb * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, LQ))
+    cols = gl.arange(0, _G, layout=gl.SliceLayout(0, LQ))
+    offs = gl.expand_dims(rows.to(gl.int64), 1) * stride_x + g * _G + gl.expand_dims(cols, 0)
+    return gl.load(x_ptr + offs, mask=gl.expand_dims((rows < M) & (t < T), 1), other=0)
+
+
+@gluon.jit
 def _rotate_quant_kernel(x_ptr, stride_x, mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, amax_ptr,
-                         inv_qmax, M, K, G, DT: gl.constexpr, NL: gl.constexpr, ELEM: gl.constexpr,
+                         inv_qmax, M, K, G, P, T, DT: gl.constexpr, NL: gl.constexpr, ELEM: gl.constexpr,
                          HW: gl.constexpr, PASS: gl.constexpr, RPT: gl.constexpr, NW: gl.constexpr,
-                         FAST: gl.constexpr):
+                         FAST: gl.constexpr, AHEAD: gl.constexpr):
+    """Persistent: program i takes tiles i, i + programs, ...; ``AHEAD``: each tile's activations are loaded while
+    the tile before it is rotated (one tile in flight per program)."""
     BR: gl.constexpr = 32 * RPT
-    L: gl.constexpr = gl.BlockedLayout([RPT, _G // NW], [32, 1], [1, NW], [0, 1])
-    p = gl.program_id(0)
-    rows = gl.program_id(1) * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, L))
-    g = gl.program_id(2)
-    cols = gl.arange(0, _G, layout=gl.SliceLayout(0, L))
-    rmask = rows < M
-    r64 = gl.expand_dims(rows.to(gl.int64), 1)
-    v = load_f32(x_ptr, r64 * stride_x + g * _G + gl.expand_dims(cols, 0), gl.expand_dims(rmask, 1), DT)
-    v = _rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL)
-    abase = (p * M + rows).to(gl.int64) * G
-    if PASS == 1:
-        gl.store(amax_ptr + abase + g, gl.max(gl.abs(v), axis=1), mask=rmask)
-    else:
-        if PASS == 0:
-            scale = gl.max(gl.abs(v), axis=1) * inv_qmax
-            gl.store(as_ptr + abase + g, scale, mask=rmask)
-        else:  # the row's amax: its groups' in group order from 0, as the Triton kernel's walk (max is exact)
-            amax = gl.zeros_like(rows).to(gl.float32)
-            for c in range(0, G):
-                amax = gl.maximum(amax, gl.load(amax_ptr + abase + c, mask=rmask, other=0.0))
-            scale = amax * inv_qmax
-            gl.store(as_ptr + p * M + rows, scale, mask=rmask & (g == 0))
-        quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW, FAST)
+    LR: gl.constexpr = gl.BlockedLayout([RPT, _G // NW], [32, 1], [1, NW], [0, 1])  # the rotation's
+    LQ: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NW, 1], [1, 0])  # loads, stores and the quantiser's
+    cols = gl.arange(0, _G, layout=gl.SliceLayout(0, LQ))
+    cols_r = gl.arange(0, _G, layout=gl.SliceLayout(0, LR))
+    step = gl.num_programs(0)
+    raw = _load_tile(x_ptr, stride_x, gl.program_id(0), T, P, G, M, BR, LQ)
+    for t in range(gl.program_id(0), T, step):
+        if AHEAD:
+            ahead = _load_tile(x_ptr, stride_x, t + step, T, P, G, M, BR, LQ)
+        else:
+            raw = _load_tile(x_ptr, stride_x, t, T, P, G, M, BR, LQ)
+            ahead = raw
+        p, g, rb = _tile(t, P, G)
+        rows = rb * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, LQ))
+        rmask = rows < M
+        v = to_f32(gl.convert_layout(raw, LR), DT)
+        v = gl.convert_layout(_rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols_r, NL), LQ)
+        abase = (p * M + rows).to(gl.int64) * G
+        if PASS == 1:
+            gl.store(amax_ptr + abase + g, gl.max(gl.abs(v), axis=1), mask=rmask)
+        else:
+            if PASS == 0:
+                scale = gl.max(gl.abs(v), axis=1) * inv_qmax
+                gl.store(as_ptr + abase + g, scale, mask=rmask)
+            else:  # the row's amax: its groups' in group order from 0, as the Triton kernel's walk (max is exact)
+                amax = gl.zeros_like(rows).to(gl.float32)
+                for c in range(0, G):
+                    amax = gl.maximum(amax, gl.load(amax_ptr + abase + c, mask=rmask, other=0.0))
+                scale = amax * inv_qmax
+                gl.store(as_ptr + p * M + rows, scale, mask=rmask & (g == 0))
+            quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW, FAST)
+        raw = ahead
 
 
 def measured_on(device: torch.device | str) -> bool:
@@ -127,12 +161,15 @@ def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, h
     G, NL = K // _G.value, pairs.shape[1]
     token = granularity == "token"
     amax = torch.empty((P, M, G), dtype=torch.float32, device=x.device) if token else out["RS"]  # RS: never read
-    rpt, num_warps, fast = (CONFIGS[cfg][k] for k in ("RPT", "num_warps", "fast"))
+    rpt, num_warps, fast, ahead, ctas = (CONFIGS[cfg][k] for k in ("RPT", "num_warps", "fast", "ahead", "ctas"))
     xv = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
     dt = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[x.dtype]
+    T = P * G * triton.cdiv(M, 32 * rpt)
+    grid = (min(T, ctas * torch.cuda.get_device_properties(x.device).multi_processor_count),)
     for pass_ in (1, 2) if token else (0,):
-        _rotate_quant_kernel[(P, triton.cdiv(M, 32 * rpt), G)](
+        _rotate_quant_kernel[grid](
             xv, x.stride(0), mate, cos, sin, channel_scales.contiguous(), out["A"], out["AS"], out["RS"], amax,
-            reference.INV_QMAX[elem], M, K, G, DT=dt, NL=NL, ELEM=int(elem == "int8"), HW=hw, PASS=pass_, RPT=rpt,
-            NW=num_warps, FAST=fast, num_warps=num_warps, enable_fp_fusion=False)
+            reference.INV_QMAX[elem], M, K, G, P, T, DT=dt, NL=NL, ELEM=int(elem == "int8"), HW=hw, PASS=pass_,
+            RPT=rpt, NW=num_warps, FAST=fast, AHEAD=ahead, num_warps=num_warps, maxnreg=CONFIGS[cfg].get("maxnreg"),
+            enable_fp_fusion=False)
     return out

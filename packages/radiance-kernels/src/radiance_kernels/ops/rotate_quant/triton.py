@@ -27,13 +27,18 @@ _RINT: tl.constexpr = tl.constexpr(RINT_MAGIC)
 
 
 @triton.jit
+def to_f32(raw, DT: tl.constexpr):
+    """Loaded DT values as fp32; DT 0 fp32, 1 fp16, 2 bf16 (``raw`` then int16: the bf16 bits)."""
+    if DT == 2:
+        return (raw.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    else:
+        return raw.to(tl.float32)
+
+
+@triton.jit
 def load_f32(ptr, offs, mask, DT: tl.constexpr):
     """Load as fp32; DT 0 fp32, 1 fp16, 2 bf16 (``ptr`` is then an int16 view of the bf16 tensor)."""
-    if DT == 2:
-        b = tl.load(ptr + offs, mask=mask, other=0).to(tl.int32)
-        return (b << 16).to(tl.float32, bitcast=True)
-    else:
-        return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    return to_f32(tl.load(ptr + offs, mask=mask, other=0), DT)
 
 
 @triton.jit
