@@ -309,11 +309,13 @@ def test_gluon_configs_refuse_the_interpreter():
 
 
 def test_default_config_takes_gluon_from_min_m_where_measured(monkeypatch):
+    """Per-group scales from MIN_M on the GPUs it was measured on; per-token scales and other devices stay Triton."""
     monkeypatch.setattr(rq_gluon, "measured_on", lambda device: True)
     for M, want in ((rq_gluon.MIN_M - 1, st.DEFAULT), (rq_gluon.MIN_M, rq_gluon.DEFAULT), (1, st.SMALL_M_DEFAULT)):
-        assert rq_triton.default_config(torch.empty(M, 128)) == want, M
+        assert rq_triton.default_config(torch.empty(M, 128), "group") == want, M
+    assert rq_triton.default_config(torch.empty(rq_gluon.MIN_M, 128), "token") == st.DEFAULT
     monkeypatch.setattr(rq_gluon, "measured_on", lambda device: False)
-    assert rq_triton.default_config(torch.empty(rq_gluon.MIN_M, 128)) == st.DEFAULT
+    assert rq_triton.default_config(torch.empty(rq_gluon.MIN_M, 128), "group") == st.DEFAULT
 
 
 @pytest.mark.skipif(not GPU, reason="Gluon kernels run on GPUs only")
@@ -343,7 +345,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from radiance_kernels.ops.rotate_quant import gluon as rg
 out = []
 k = rg._rotate_quant_kernel
-for cfg, elem, pass_ in (("gl128w16", 0, 0), ("gl128w16", 1, 0), ("gl128w16", 0, 1), ("gl128w16_div", 0, 2)):
+for cfg, elem, pass_ in (("gl128w16", 0, 0), ("gl128w16", 1, 0), ("gl128w16_ahead", 0, 1), ("gl128w16_div", 0, 2)):
     c = rg.CONFIGS[cfg]
     ce = dict(DT=2, NL=8, ELEM=elem, HW=True, PASS=pass_, RPT=c["RPT"], NW=c["num_warps"], FAST=c["fast"],
               AHEAD=c["ahead"])

@@ -3,21 +3,31 @@
 The Triton kernel (:mod:`radiance_kernels.ops.stream.triton`) holds a 128-group's channels across a warp's lanes,
 so each layer's partner lookup (``tl.gather`` along the channels) is warp-local: a shuffle per source register and
 a select per candidate, ~4 SHFL + 2 FSEL + index math per element and layer (ptxas sm_90: 142-161 instructions per
-element in all, at bm16w4). Here a program owns ``BR = 32·RPT`` rows of one 128-group and the lanes run along the
-rows: the tile ``[BR, 128]`` gives each thread ``RPT`` consecutive rows × ``128 / NW`` consecutive channels, the
-``NW`` warps side by side along the channels. The lookup then crosses warps, so Triton lowers the gather through
-shared memory: the tile stored at word ``row + BR·channel``, the partner read back at ``row + BR·mate``. Every
-lane of a warp asks for the same channel (a layer's pairs are the same for every row), so a warp's reads cover
-consecutive words, ``RPT`` of them per lane as one vector: no bank conflict whatever the pairs — the conflicts the
-seeds found bounding their RDNA4 producer. Per element and layer: one shared store, one shared load (both 16-byte
-vectors at ``RPT`` 4), two FMUL and an FADD (the reference's ``(c·x) + (s·x_mate)``, launched without FMA
-contraction), ~1.5 address LEA, the layer's tables loaded once per thread for its ``RPT`` rows.
+element in all, at bm16w4). Here a program owns ``BR = 32·RPT`` rows of one 128-group, rotated in the layout ``LR``:
+lanes along the rows, each thread ``RPT`` consecutive rows × ``128 / NW`` consecutive channels, the ``NW`` warps side
+by side along the channels. The lookup then crosses warps, so Triton lowers the gather through shared memory — the
+tile stored at word ``row + BR·channel``, the partner read back at ``row + BR·mate`` — and every lane of a warp asks
+for the same channel (a layer's pairs are the same for every row): a warp's reads cover consecutive words, ``RPT``
+of them per lane as one vector, without a bank conflict whatever the pairs (the conflicts the seeds found bounding
+their RDNA4 producer; H200 call 124, ncu: the gather's accesses at their ideal wavefronts). Per element and layer:
+one shared store, one shared load (16-byte vectors at ``RPT`` 4), two FMUL and an FADD (the reference's
+``(c·x) + (s·x_mate)``, launched without FMA contraction), half an address LEA, the layer's tables loaded once per
+thread for its ``RPT`` rows.
 
-The math is :mod:`.reference`'s operation for operation, as the Triton kernel's (its helpers :func:`load_f32` and
+Loads, stores and the quantiser run in a second layout ``LQ`` (8 lanes along a row's 128 channels): coalesced
+16-byte loads and code stores, the per-row amax and row sums in-thread and over 8 lanes (in ``LR`` both cross the
+warps through shared memory — 32-way bank conflicts, and the codes went out a byte at a time: 45 % of the stall
+samples, call 124); the tile moves between the two by ``gl.convert_layout`` (the raw bf16 bits in, the rotated fp32
+tile out). Persistent: ``ctas`` programs per SM take the tiles in turn, partition fastest (a tile's P partitions
+re-read its rows from L2 side by side).
+
+The math is :mod:`.reference`'s operation for operation, as the Triton kernel's (the helpers :func:`to_f32` and
 :func:`quant_store` are shared), so both are byte-identical to the reference. ``PASS``: 0 per-group (scale, codes and
 row sums of each group), 1 per-token amaxes (each (row, group)'s amax of the rotated group into ``amax [P, M, G]``),
 2 per-token codes (the row's scale from its ``G`` amaxes folded in group order, then the group rotated again and
-encoded — twice the rotation, no fp32 scratch round trip). One program per (partition, row block, group).
+encoded — twice the rotation, no fp32 scratch round trip). What bounds it (call 125, ncu, gl128w16 at M = 8192): one
+CTA of 16 warps per SM (118 registers), so the shared-memory phases of a layer and its arithmetic do not overlap
+across CTAs — L1 / shared 64 % busy, an instruction issued every 2.4 cycles per scheduler.
 
 NVIDIA-only where it has been measured (Gluon's ``BlockedLayout``); the portable twin is the Triton kernel, the same
 math. Not runnable under the interpreter: tested on GPUs against the reference, compiled for sm_90 on the CPU.
@@ -38,26 +48,25 @@ from radiance_kernels.ops.rotate_quant.triton import output_buffers, quant_store
 _G: gl.constexpr = gl.constexpr(GROUP)
 
 #: Launch configurations: ``RPT`` rows per thread (``BR = 32·RPT`` rows per program), ``num_warps`` warps along the
-#: 128 channels (``128 / num_warps`` channels per thread), ``fast``: the quantiser's GPU forms (Markstein's quotient,
-#: the hardware e4m3 decode for the row sums: :func:`radiance_kernels.ops.rotate_quant.triton.quant_store`; same
-#: bits). Shared memory: the gather's ``BR × 128`` fp32 tile. ptxas sm_90 (Triton 3.6), instructions per element
-#: (e4m3 per-group / int8 per-group / per-token pass 1 + pass 2), registers: gl128w16 79 / 71 / 48 + 85, 118;
-#: gl128w8 71 / 63 / 45 + 72, 208 (one CTA per SM either way).
+#: 128 channels (``128 / num_warps`` channels per thread in the rotation), ``ctas`` programs per SM in the persistent
+#: grid (``maxnreg``: the register cap that lets that many fit), ``fast``: the quantiser's GPU forms (Markstein's
+#: quotient, the hardware e4m3 decode for the row sums: :func:`radiance_kernels.ops.rotate_quant.triton.quant_store`;
+#: same bits), ``ahead``: the next tile's activations loaded during this one's rotation. Shared memory: the gather's
+#: ``BR × 128`` fp32 tile. H200 call 126 (M = 8192, K = 5120, us, P = 1 / 3; Triton bm16w4: e4m3 per-group 296 / 874,
+#: int8 per-group 258 / 761, per-token 416 / 1363): gl128w16 245 / 677, 225 / 610, 451 / 1279; gl64w8r128 241 / 690,
+#: 222 / 632, 463 / 1368; the ablations gl128w16_ahead (calls 125: 237 / 682, 218 / 627) and gl128w16_div (div.rn:
+#: 266 / 771, 220 / 636). ptxas sm_90 (Triton 3.6): gl128w16 118 registers (one CTA per SM), 80 / 71 instructions per
+#: element e4m3 / int8 per-group against the Triton kernel's 142 / 161.
 CONFIGS = {
-    "gl128w16": dict(RPT=4, num_warps=16, fast=True, ahead=True, ctas=1),
-    "gl128w16_na": dict(RPT=4, num_warps=16, fast=True, ahead=False, ctas=1),
-    "gl128w16_div": dict(RPT=4, num_warps=16, fast=False, ahead=True, ctas=1),
-    "gl64w8": dict(RPT=2, num_warps=8, fast=True, ahead=True, ctas=1),
-    "gl64w8_na": dict(RPT=2, num_warps=8, fast=True, ahead=False, ctas=1),
-    "gl32w8": dict(RPT=1, num_warps=8, fast=True, ahead=True, ctas=2),
-    "gl32w8_na": dict(RPT=1, num_warps=8, fast=True, ahead=False, ctas=2),
-    "gl64w16_na": dict(RPT=2, num_warps=16, fast=True, ahead=False, ctas=1),
-    "gl64w16r64": dict(RPT=2, num_warps=16, fast=True, ahead=False, ctas=2, maxnreg=64),
-    "gl64w8r128": dict(RPT=2, num_warps=8, fast=True, ahead=False, ctas=2, maxnreg=128),
-    "gl64w8r128a": dict(RPT=2, num_warps=8, fast=True, ahead=True, ctas=2, maxnreg=128),
+    "gl128w16": dict(RPT=4, num_warps=16, ctas=1, fast=True, ahead=False),
+    "gl128w16_ahead": dict(RPT=4, num_warps=16, ctas=1, fast=True, ahead=True),
+    "gl128w16_div": dict(RPT=4, num_warps=16, ctas=1, fast=False, ahead=False),
+    "gl64w8r128": dict(RPT=2, num_warps=8, ctas=2, maxnreg=128, fast=True, ahead=False),
 }
 DEFAULT = "gl128w16"
-#: The least M at which ``rotate_quant`` takes :data:`DEFAULT` by default (:func:`measured_on` GPUs). Provisional.
+#: ``rotate_quant`` takes :data:`DEFAULT` from this M for per-group scales on :func:`measured_on` GPUs (H200 call 126:
+#: 1.05-1.33x the Triton kernel at M = 1024, 1.16-1.29x at 2048 and 8192); per-token scales stay on the Triton kernel,
+#: faster there at P = 1 and 2 (its rotated row parked once against this kernel's two rotations).
 MIN_M = 1024
 
 

@@ -172,14 +172,14 @@ def output_buffers(given: dict[str, torch.Tensor] | None, wanted: dict[str, tupl
     return out
 
 
-def default_config(x: torch.Tensor) -> str:
+def default_config(x: torch.Tensor, granularity: str) -> str:
     """The launch config ``rotate_quant`` takes for x when the caller names none: the Gluon prefill kernel's
-    default (:mod:`.gluon`) from :data:`.gluon.MIN_M` rows where it runs and was measured, else the Triton
-    kernel's default for M (:func:`radiance_kernels.ops.stream.triton.default_config`)."""
+    default (:mod:`.gluon`) for per-group scales from :data:`.gluon.MIN_M` rows where it runs and was measured, else
+    the Triton kernel's default for M (:func:`radiance_kernels.ops.stream.triton.default_config`)."""
     from radiance_kernels.ops.rotate_quant import gluon
     from radiance_kernels.ops.stream.triton import default_config as triton_default
 
-    if x.shape[0] >= gluon.MIN_M and gluon.measured_on(x.device):
+    if granularity == "group" and x.shape[0] >= gluon.MIN_M and gluon.measured_on(x.device):
         return gluon.DEFAULT
     return triton_default(x.shape[0])
 
@@ -192,7 +192,7 @@ def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, h
     from radiance_kernels.ops.rotate_quant import gluon
     from radiance_kernels.ops.stream.triton import launch
 
-    cfg = default_config(x) if cfg is None else cfg
+    cfg = default_config(x, granularity) if cfg is None else cfg
     if cfg in gluon.CONFIGS:
         return gluon.rotate_quant(x, pairs, theta, channel_scales, elem, granularity, hw, out, cfg)
     return launch("none", x, rotation=(pairs, theta, channel_scales), elem=elem, granularity=granularity,
