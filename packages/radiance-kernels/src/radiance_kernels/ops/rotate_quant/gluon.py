@@ -54,7 +54,7 @@ _G: gl.constexpr = gl.constexpr(GROUP)
 #: same bits), ``ahead``: the next tile's activations loaded during this one's rotation. Shared memory: the gather's
 #: ``BR × 128`` fp32 tile. H200 call 126 (M = 8192, K = 5120, us, P = 1 / 3; Triton bm16w4: e4m3 per-group 296 / 874,
 #: int8 per-group 258 / 761, per-token 416 / 1363): gl128w16 245 / 677, 225 / 610, 451 / 1279; gl64w8r128 241 / 690,
-#: 222 / 632, 463 / 1368; the ablations gl128w16_ahead (calls 125: 237 / 682, 218 / 627) and gl128w16_div (div.rn:
+#: 222 / 632, 463 / 1368; the ablations gl128w16_ahead (call 125: 237 / 682, 218 / 627) and gl128w16_div (div.rn:
 #: 266 / 771, 220 / 636). ptxas sm_90 (Triton 3.6): gl128w16 118 registers (one CTA per SM), 80 / 71 instructions per
 #: element e4m3 / int8 per-group against the Triton kernel's 142 / 161.
 CONFIGS = {
@@ -154,7 +154,7 @@ def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, h
     """``rotate_quant`` (the contract of :mod:`.reference`) on this kernel in launch config ``cfg``; returns
     {"A", "AS", "RS"} (``out``: preallocated buffers by those names). Per-token mode in two launches over an fp32
     [P, M, G] buffer of group amaxes. Raises :class:`BackendUnavailableError` where Gluon cannot run."""
-    from radiance_kernels.ops.stream.triton import givens_tables_cached
+    from radiance_kernels.ops.stream.triton import _DT, givens_tables_cached
 
     if triton_interpreted() or x.device.type != "cuda" or torch.version.cuda is None:
         raise BackendUnavailableError(f"rotate_quant cfg {cfg!r} is the Gluon prefill kernel: it needs an NVIDIA GPU "
@@ -172,13 +172,12 @@ def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, h
     amax = torch.empty((P, M, G), dtype=torch.float32, device=x.device) if token else out["RS"]  # RS: never read
     rpt, num_warps, fast, ahead, ctas = (CONFIGS[cfg][k] for k in ("RPT", "num_warps", "fast", "ahead", "ctas"))
     xv = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
-    dt = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[x.dtype]
     T = P * G * triton.cdiv(M, 32 * rpt)
     grid = (min(T, ctas * torch.cuda.get_device_properties(x.device).multi_processor_count),)
     for pass_ in (1, 2) if token else (0,):
         _rotate_quant_kernel[grid](
             xv, x.stride(0), mate, cos, sin, channel_scales.contiguous(), out["A"], out["AS"], out["RS"], amax,
-            reference.INV_QMAX[elem], M, K, G, P, T, DT=dt, NL=NL, ELEM=int(elem == "int8"), HW=hw, PASS=pass_,
-            RPT=rpt, NW=num_warps, FAST=fast, AHEAD=ahead, num_warps=num_warps, maxnreg=CONFIGS[cfg].get("maxnreg"),
-            enable_fp_fusion=False)
+            reference.INV_QMAX[elem], M, K, G, P, T, DT=_DT[x.dtype], NL=NL, ELEM=int(elem == "int8"), HW=hw,
+            PASS=pass_, RPT=rpt, NW=num_warps, FAST=fast, AHEAD=ahead, num_warps=num_warps,
+            maxnreg=CONFIGS[cfg].get("maxnreg"), enable_fp_fusion=False)
     return out
