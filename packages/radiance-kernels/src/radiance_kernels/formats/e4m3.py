@@ -20,28 +20,20 @@ CODE_MAX = 0x7E  # +448
 def encode(x: torch.Tensor) -> torch.Tensor:
     """float32 (or anything castable) → uint8 e4m3 codes."""
     bits = x.to(torch.float32).contiguous().view(torch.int32)
-    sign = (bits >> 31) & 1
     a = bits & 0x7FFFFFFF
     eb = a >> 23  # biased float32 exponent
-    mant = a & 0x7FFFFF
-    # normal e4m3 range: |x| >= 2^-6  (float32 biased exponent >= 121)
-    r = mant >> 20
-    rem = mant & 0xFFFFF
-    up = (rem > 0x80000) | ((rem == 0x80000) & ((r & 1) == 1))
-    normal = ((eb - 120) << 3) + r + up.to(torch.int32)
-    # subnormal e4m3 range: value = M * 2^(eb-150) with M the 24-bit significand; units of 2^-9
-    big = mant | 0x800000
-    s = (141 - eb).clamp(min=1, max=25)
-    q = big >> s
-    srem = big & ((1 << s) - 1)
-    half = 1 << (s - 1)
-    sup = (srem > half) | ((srem == half) & ((q & 1) == 1))
-    sub = q + sup.to(torch.int32)
-    sub = torch.where(eb >= 100, sub, torch.zeros_like(sub))
+    # normal e4m3 range, |x| >= 2^-6 (eb >= 121): round the bit pattern to nearest-even at bit 20 — a
+    # mantissa carry rolls into the exponent — and rebias the exponent from 127 to 7
+    normal = ((a >> 20) & 1).add_(a).add_(0x7FFFF).bitwise_right_shift_(20).sub_(120 << 3)
+    # subnormal e4m3 range: the 24-bit significand times 2^(eb-150), rounded to nearest-even in units of
+    # 2^-9, i.e. shifted right by s = 141 - eb (every |x| < 2^-10, float32 subnormals included, gives 0)
+    big = (a & 0x7FFFFF).bitwise_or_(0x800000)
+    s = (141 - eb).clamp_(1, 25)
+    sub = ((big >> s) & 1).add_(big).add_((1 << (s - 1)) - 1).bitwise_right_shift_(s)
     code = torch.where(eb >= 121, normal, sub)
-    code = torch.where(a >= 0x43E00000, torch.full_like(code, CODE_MAX), code)  # |x| >= 448, inf
-    code = torch.where(a > 0x7F800000, torch.zeros_like(code), code)  # NaN -> 0
-    code = torch.where(code == 0, code, code | (sign << 7))
+    code.masked_fill_(a >= 0x43E00000, CODE_MAX)  # |x| >= 448, inf
+    code.masked_fill_(a > 0x7F800000, 0)  # NaN -> 0
+    code |= ((bits >> 31) & 1).bitwise_left_shift_(7).masked_fill_(code == 0, 0)  # sign, never on zero
     return code.to(torch.uint8)
 
 
@@ -57,10 +49,9 @@ def decode(codes: torch.Tensor) -> torch.Tensor:
 
 def hw_encode_wrapped(x: torch.Tensor) -> torch.Tensor:
     """torch's ``float8_e4m3fn`` cast wrapped by the codec's rules (NaN → 0, clamp ±448, −0 → +0)."""
-    x = x.to(torch.float32)
-    x = torch.where(torch.isnan(x), torch.zeros_like(x), x).clamp(-E4M3_MAX, E4M3_MAX)
+    x = torch.nan_to_num(x.to(torch.float32), nan=0.0).clamp_(-E4M3_MAX, E4M3_MAX)
     codes = x.to(torch.float8_e4m3fn).view(torch.uint8)
-    return torch.where(codes == 0x80, torch.zeros_like(codes), codes)
+    return codes.masked_fill_(codes == 0x80, 0)
 
 
 def all_finite_codes() -> torch.Tensor:

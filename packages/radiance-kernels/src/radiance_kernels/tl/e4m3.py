@@ -14,19 +14,10 @@ def e4m3_encode_sw(x):
     sign = (bits >> 31) & 1
     a = bits & 0x7FFFFFFF
     eb = a >> 23
-    mant = a & 0x7FFFFF
-    r = mant >> 20
-    rem = mant & 0xFFFFF
-    up = (rem > 0x80000) | ((rem == 0x80000) & ((r & 1) == 1))
-    normal = ((eb - 120) << 3) + r + up.to(tl.int32)
-    big = mant | 0x800000
+    normal = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - (120 << 3)
+    big = (a & 0x7FFFFF) | 0x800000
     s = tl.minimum(tl.maximum(141 - eb, 1), 25)
-    q = big >> s
-    srem = big & ((1 << s) - 1)
-    half = 1 << (s - 1)
-    sup = (srem > half) | ((srem == half) & ((q & 1) == 1))
-    sub = q + sup.to(tl.int32)
-    sub = tl.where(eb >= 100, sub, 0)
+    sub = (big + ((1 << (s - 1)) - 1) + ((big >> s) & 1)) >> s
     code = tl.where(eb >= 121, normal, sub)
     code = tl.where(a >= 0x43E00000, 0x7E, code)
     code = tl.where(a > 0x7F800000, 0, code)
