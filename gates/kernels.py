@@ -4,10 +4,15 @@ The suite is the gate: every Triton kernel against its torch reference (byte-exa
 producers and prologues; the bf16 output floor for GEMMs), under the interpreter on CPU at small shapes,
 and at the 27B-class shapes when run on a GPU with ``RADIANCE_FULL_SHAPES=1``. Rows count the tests that
 ran; a family whose tests all skipped, or that has any failure, fails its row.
+
+The suite starts in the background when the gates start (:func:`start`), in its own process with one thread (the
+Triton interpreter's numpy work is serial; a second torch thread would only wait on a core the other gates hold),
+and its rows come last, once the served gates have run beside it.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -36,15 +41,31 @@ FAMILIES = {
 }
 
 
+def start(ctx) -> tuple[subprocess.Popen, Path, Path]:
+    """Launch the suite once (a pytest process writing a JUnit report); :func:`gates` waits for it."""
+
+    def launch():
+        xml, log = ctx.workdir / "kernels-junit.xml", ctx.workdir / "kernels-pytest.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider",
+                                     f"--junitxml={xml}"], stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "OMP_NUM_THREADS": "1"})
+        ctx.on_close(proc.kill)
+        return proc, xml, log
+
+    return ctx.cached("kernels:suite", launch)
+
+
 def _suite(ctx) -> list[Row]:
-    xml = ctx.workdir / "kernels-junit.xml"
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider",
-                           f"--junitxml={xml}"], capture_output=True, text=True)
+    proc, xml, log = start(ctx)
+    proc.wait()
     if not xml.exists():
-        tail = (proc.stdout + proc.stderr)[-3000:]
+        tail = log.read_text()[-3000:]
         raise RuntimeError(f"pytest wrote no report (exit {proc.returncode}): {tail}")
+    report = ET.parse(xml).getroot()
+    per_row = sum(float(s.get("time", 0)) for s in report.iter("testsuite")) / len(FAMILIES)
     counts: dict[str, Counter] = {}
-    for case in ET.parse(xml).getroot().iter("testcase"):
+    for case in report.iter("testcase"):
         name = case.get("classname", "").split(".")[-1] + ".py"
         c = counts.setdefault(name, Counter())
         outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
@@ -56,7 +77,7 @@ def _suite(ctx) -> list[Row]:
         figure = f"{c['passed']} passed, {bad} failed"
         if c["skipped"]:
             figure += f", {c['skipped']} skipped (GPU shapes)"
-        rows.append(Row(f"kernels: {what}", figure, "all ran pass", c["passed"] > 0 and bad == 0))
+        rows.append(Row(f"kernels: {what}", figure, "all ran pass", c["passed"] > 0 and bad == 0, per_row))
     unlisted = sorted(set(counts) - set(FAMILIES))
     if unlisted:
         rows.append(Row("kernels: every test file has a gate row", f"unlisted: {unlisted}", "none", False))

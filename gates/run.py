@@ -10,8 +10,10 @@ from pathlib import Path
 
 from gates.core import Context, render, timed_rows, write_json
 
-#: Gate modules in run order (cheap, local gates first; the served end-to-end gates last).
-AREAS = ["formats", "kernels", "serve", "serve_quant", "bench", "drafter"]
+#: Gate modules in run order (cheap, local gates first, then the served end-to-end gates). An area with a ``start(ctx)``
+#: is started before any gate runs and works in the background until its own rows are due: the kernel suite, whose
+#: rows come last.
+AREAS = ["formats", "serve", "serve_quant", "bench", "drafter", "kernels"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,8 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="radiance-gates-") as tmp:
         ctx = Context(workdir=args.workdir or Path(tmp))
         try:
-            for area in areas:
-                mod = importlib.import_module(f"gates.{area}")
+            modules = [importlib.import_module(f"gates.{area}") for area in areas]
+            for mod in modules:
+                if hasattr(mod, "start"):
+                    mod.start(ctx)
+            for mod in modules:
                 for name, fn in mod.gates(ctx):
                     rows += timed_rows(name, fn)
                     print(render(rows[-1:]).splitlines()[2], flush=True)
