@@ -57,12 +57,17 @@ _G: gl.constexpr = gl.constexpr(GROUP)
 #: 222 / 632, 463 / 1368; the ablations gl128w16_ahead (call 125: 237 / 682, 218 / 627) and gl128w16_div (div.rn:
 #: 266 / 771, 220 / 636). ptxas sm_90 (Triton 3.6): gl128w16 118 registers (one CTA per SM), 80 / 71 instructions per
 #: element e4m3 / int8 per-group against the Triton kernel's 142 / 161.
-CONFIGS = {
-    "gl128w16": dict(RPT=4, num_warps=16, ctas=1, fast=True, ahead=False),
-    "gl128w16_ahead": dict(RPT=4, num_warps=16, ctas=1, fast=True, ahead=True),
-    "gl128w16_div": dict(RPT=4, num_warps=16, ctas=1, fast=False, ahead=False),
-    "gl64w8r128": dict(RPT=2, num_warps=8, ctas=2, maxnreg=128, fast=True, ahead=False),
-}
+_BASE = dict(RPT=4, num_warps=16, ctas=1, fast=True, ahead=False, chunked=False, prefetch=False)
+CONFIGS = {name: {**_BASE, **change} for name, change in {
+    "gl128w16": {},
+    "gl128w16_ahead": dict(ahead=True),
+    "gl128w16_div": dict(fast=False),
+    "gl64w8r128": dict(RPT=2, num_warps=8, ctas=2, maxnreg=128),
+    "gl128w16c": dict(chunked=True),
+    "gl128w16p": dict(prefetch=True),
+    "gl128w16cp": dict(chunked=True, prefetch=True),
+    "gl64w8r128cp": dict(RPT=2, num_warps=8, ctas=2, maxnreg=128, chunked=True, prefetch=True),
+}.items()}
 DEFAULT = "gl128w16"
 #: ``rotate_quant`` takes :data:`DEFAULT` from this M for per-group scales on :func:`measured_on` GPUs (H200 call 126:
 #: 1.05-1.33x the Triton kernel at M = 1024, 1.16-1.29x at 2048 and 8192); per-token scales stay on the Triton kernel,
@@ -71,60 +76,84 @@ MIN_M = 1024
 
 
 @gluon.jit
-def _rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: gl.constexpr):
-    """Channel-scale and rotate the tile v [BR, 128] (group g) by partition p's NL layers."""
+def _mates(mate_ptr, off, v):
+    """One layer's partner channels at channel offsets off, broadcast to v's shape for the gather."""
+    mate, _ = gl.broadcast(gl.expand_dims(gl.load(mate_ptr + off), 0), v)
+    return mate
+
+
+@gluon.jit
+def _rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: gl.constexpr, PREFETCH: gl.constexpr):
+    """Channel-scale and rotate the tile v [BR, 128] (group g) by partition p's NL layers. ``PREFETCH``: layer r + 1's
+    partner channels are loaded before layer r's exchange (the exchange's addresses wait on them; cos and sin are
+    wanted only once the partner is read, and load beside it)."""
     v = v * gl.expand_dims(gl.load(cs_ptr + p * K + g * _G + cols).to(gl.float32), 0)
+    base = p * NL * K + g * _G + cols
+    mate = _mates(mate_ptr, base, v)
     for r in gl.static_range(NL):
-        off = (p * NL + r) * K + g * _G + cols
-        mate, _ = gl.broadcast(gl.expand_dims(gl.load(mate_ptr + off), 0), v)
+        off = base + r * K
+        if PREFETCH and r + 1 < NL:
+            mate_next = _mates(mate_ptr, off + K, v)
         c = gl.expand_dims(gl.load(cos_ptr + off), 0)
         s = gl.expand_dims(gl.load(sin_ptr + off), 0)
         v = c * v + s * gl.gather(v, mate, 1)
+        if r + 1 < NL:
+            mate = mate_next if PREFETCH else _mates(mate_ptr, off + K, v)
     return v
 
 
 @gluon.jit
-def _tile(t, P, G):
-    """Tile t's (partition, group, row block): partition fastest, then group, so the P partitions of one x tile and
-    then its row block's next groups run side by side (the re-reads from L2)."""
+def _tile(t, P, G, RB, CHUNKED: gl.constexpr):
+    """Tile t's (partition, group, row block), partition fastest so a tile's P partitions re-read its rows from L2
+    side by side. Strided (a program's tiles ``programs`` apart): then group — consecutive tiles of a program are
+    of different groups. ``CHUNKED`` (a program's tiles a contiguous run): then row block — a program keeps one
+    group's rotation tables (P x 12 KB) in L1 across its tiles."""
+    if CHUNKED:
+        return t % P, t // (P * RB), (t // P) % RB
     return t % P, (t // P) % G, t // (P * G)
 
 
 @gluon.jit
-def _load_tile(x_ptr, stride_x, t, T, P, G, M, BR: gl.constexpr, LQ: gl.constexpr):
-    """Tile t's raw activations [BR, 128] in LQ; zeros past M, none loaded past the last tile T."""
-    _, g, rb = _tile(t, P, G)
+def _load_tile(x_ptr, stride_x, t, end, P, G, RB, M, BR: gl.constexpr, LQ: gl.constexpr, CHUNKED: gl.constexpr):
+    """Tile t's raw activations [BR, 128] in LQ; zeros past M, none loaded from the program's end tile on."""
+    _, g, rb = _tile(t, P, G, RB, CHUNKED)
     rows = rb * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, LQ))
     cols = gl.arange(0, _G, layout=gl.SliceLayout(0, LQ))
     offs = gl.expand_dims(rows.to(gl.int64), 1) * stride_x + g * _G + gl.expand_dims(cols, 0)
-    return gl.load(x_ptr + offs, mask=gl.expand_dims((rows < M) & (t < T), 1), other=0)
+    return gl.load(x_ptr + offs, mask=gl.expand_dims((rows < M) & (t < end), 1), other=0)
 
 
 @gluon.jit
 def _rotate_quant_kernel(x_ptr, stride_x, mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, amax_ptr,
                          inv_qmax, M, K, G, P, T, DT: gl.constexpr, NL: gl.constexpr, ELEM: gl.constexpr,
                          HW: gl.constexpr, PASS: gl.constexpr, RPT: gl.constexpr, NW: gl.constexpr,
-                         FAST: gl.constexpr, AHEAD: gl.constexpr):
-    """Persistent: program i takes tiles i, i + programs, ...; ``AHEAD``: each tile's activations are loaded while
-    the tile before it is rotated (one tile in flight per program)."""
+                         FAST: gl.constexpr, AHEAD: gl.constexpr, CHUNKED: gl.constexpr, PREFETCH: gl.constexpr):
+    """Persistent: program i takes tiles i, i + programs, ... or (``CHUNKED``) the i-th contiguous run of
+    ceil(T / programs) tiles; ``AHEAD``: each tile's activations are loaded while the tile before it is rotated (one
+    tile in flight per program)."""
     BR: gl.constexpr = 32 * RPT
     LR: gl.constexpr = gl.BlockedLayout([RPT, _G // NW], [32, 1], [1, NW], [0, 1])  # the rotation's
     LQ: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NW, 1], [1, 0])  # loads, stores and the quantiser's
     cols = gl.arange(0, _G, layout=gl.SliceLayout(0, LQ))
     cols_r = gl.arange(0, _G, layout=gl.SliceLayout(0, LR))
-    step = gl.num_programs(0)
-    raw = _load_tile(x_ptr, stride_x, gl.program_id(0), T, P, G, M, BR, LQ)
-    for t in range(gl.program_id(0), T, step):
+    RB = T // (P * G)
+    if CHUNKED:
+        run = gl.cdiv(T, gl.num_programs(0))
+        first, end, step = gl.program_id(0) * run, gl.minimum(gl.program_id(0) * run + run, T), 1
+    else:
+        first, end, step = gl.program_id(0), T, gl.num_programs(0)
+    raw = _load_tile(x_ptr, stride_x, first, end, P, G, RB, M, BR, LQ, CHUNKED)
+    for t in range(first, end, step):
         if AHEAD:
-            ahead = _load_tile(x_ptr, stride_x, t + step, T, P, G, M, BR, LQ)
+            ahead = _load_tile(x_ptr, stride_x, t + step, end, P, G, RB, M, BR, LQ, CHUNKED)
         else:
-            raw = _load_tile(x_ptr, stride_x, t, T, P, G, M, BR, LQ)
+            raw = _load_tile(x_ptr, stride_x, t, end, P, G, RB, M, BR, LQ, CHUNKED)
             ahead = raw
-        p, g, rb = _tile(t, P, G)
+        p, g, rb = _tile(t, P, G, RB, CHUNKED)
         rows = rb * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, LQ))
         rmask = rows < M
         v = to_f32(gl.convert_layout(raw, LR), DT)
-        v = gl.convert_layout(_rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols_r, NL), LQ)
+        v = gl.convert_layout(_rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols_r, NL, PREFETCH), LQ)
         abase = (p * M + rows).to(gl.int64) * G
         if PASS == 1:
             gl.store(amax_ptr + abase + g, gl.max(gl.abs(v), axis=1), mask=rmask)
@@ -170,14 +199,15 @@ def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, h
     G, NL = K // _G.value, pairs.shape[1]
     token = granularity == "token"
     amax = torch.empty((P, M, G), dtype=torch.float32, device=x.device) if token else out["RS"]  # RS: never read
-    rpt, num_warps, fast, ahead, ctas = (CONFIGS[cfg][k] for k in ("RPT", "num_warps", "fast", "ahead", "ctas"))
+    c = CONFIGS[cfg]
     xv = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
-    T = P * G * triton.cdiv(M, 32 * rpt)
-    grid = (min(T, ctas * torch.cuda.get_device_properties(x.device).multi_processor_count),)
+    T = P * G * triton.cdiv(M, 32 * c["RPT"])
+    grid = (min(T, c["ctas"] * torch.cuda.get_device_properties(x.device).multi_processor_count),)
     for pass_ in (1, 2) if token else (0,):
         _rotate_quant_kernel[grid](
             xv, x.stride(0), mate, cos, sin, channel_scales.contiguous(), out["A"], out["AS"], out["RS"], amax,
             reference.INV_QMAX[elem], M, K, G, P, T, DT=_DT[x.dtype], NL=NL, ELEM=int(elem == "int8"), HW=hw,
-            PASS=pass_, RPT=rpt, NW=num_warps, FAST=fast, AHEAD=ahead, num_warps=num_warps,
-            maxnreg=CONFIGS[cfg].get("maxnreg"), enable_fp_fusion=False)
+            PASS=pass_, RPT=c["RPT"], NW=c["num_warps"], FAST=c["fast"], AHEAD=c["ahead"],
+            CHUNKED=c["chunked"], PREFETCH=c["prefetch"], num_warps=c["num_warps"], maxnreg=c.get("maxnreg"),
+            enable_fp_fusion=False)
     return out
