@@ -66,7 +66,8 @@ CONFIGS = {name: {**_BASE, **change} for name, change in {
     "gl128w16c": dict(chunked=True),
     "gl128w16p": dict(prefetch=True),
     "gl128w16cp": dict(chunked=True, prefetch=True),
-    "gl64w8r128cp": dict(RPT=2, num_warps=8, ctas=2, maxnreg=128, chunked=True, prefetch=True),
+    "gl64w8r128c": dict(RPT=2, num_warps=8, ctas=2, maxnreg=128, chunked=True),
+    "gl64w16r64c": dict(RPT=2, num_warps=16, ctas=2, maxnreg=64, chunked=True),
 }.items()}
 DEFAULT = "gl128w16"
 #: ``rotate_quant`` takes :data:`DEFAULT` from this M for per-group scales on :func:`measured_on` GPUs (H200 call 126:
