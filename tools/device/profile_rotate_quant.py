@@ -3,7 +3,7 @@ times for a hardware profiler to attach to (``ncu --launch-skip``). Prints each 
 
     PYTHONPATH=packages/radiance-kernels/src:packages/radiance-bench/src \
       ncu --kernel-name regex:'rotate_quant|prologue' --launch-skip 2 --launch-count 1 \
-      python3 tools/device/profile_rotate_quant.py --cfg gl128w16 --elem e4m3 --gran group
+      python3 tools/device/profile_rotate_quant.py --cfg gl128w16c --elem e4m3 --gran group
 """
 
 import argparse
@@ -15,7 +15,7 @@ from radiance_kernels.formats.rotation import random_rotations
 from radiance_kernels.ops.rotate_quant import triton as rq
 
 p = argparse.ArgumentParser()
-p.add_argument("--cfg", default="gl128w16")
+p.add_argument("--cfg", default="gl128w16c")
 p.add_argument("--elem", default="e4m3", choices=("e4m3", "int8"))
 p.add_argument("--gran", default="group", choices=("group", "token"))
 p.add_argument("--m", type=int, default=8192)

@@ -345,11 +345,10 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from radiance_kernels.ops.rotate_quant import gluon as rg
 out = []
 k = rg._rotate_quant_kernel
-for cfg, elem, pass_ in (("gl128w16", 0, 0), ("gl128w16", 1, 0), ("gl128w16_ahead", 0, 1), ("gl128w16_div", 0, 2),
-                         ("gl128w16cp", 0, 0)):
+for cfg, elem, pass_ in (("gl128w16c", 0, 0), ("gl128w16c", 1, 0), ("gl128w16", 0, 1), ("gl128w16c_div", 0, 2)):
     c = rg.CONFIGS[cfg]
     ce = dict(DT=2, NL=8, ELEM=elem, HW=True, PASS=pass_, RPT=c["RPT"], NW=c["num_warps"], FAST=c["fast"],
-              AHEAD=c["ahead"], CHUNKED=c["chunked"], PREFETCH=c["prefetch"])
+              CHUNKED=c["chunked"])
     types = {"x_ptr": "*i16", "mate_ptr": "*i32", "cs_ptr": "*fp16", "q_ptr": "*i8" if elem else "*u8",
              "inv_qmax": "fp32"}
     sig = {n: "constexpr" if n in ce else types.get(n, "*fp32" if n.endswith("_ptr") else "i32") for n in k.arg_names}

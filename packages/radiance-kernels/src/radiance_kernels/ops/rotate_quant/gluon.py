@@ -18,16 +18,18 @@ Loads, stores and the quantiser run in a second layout ``LQ`` (8 lanes along a r
 16-byte loads and code stores, the per-row amax and row sums in-thread and over 8 lanes (in ``LR`` both cross the
 warps through shared memory — 32-way bank conflicts, and the codes went out a byte at a time: 45 % of the stall
 samples, call 124); the tile moves between the two by ``gl.convert_layout`` (the raw bf16 bits in, the rotated fp32
-tile out). Persistent: ``ctas`` programs per SM take the tiles in turn, partition fastest (a tile's P partitions
-re-read its rows from L2 side by side).
+tile out). Persistent: ``ctas`` programs per SM, each a contiguous run of tiles, partition fastest (a tile's P
+partitions re-read its rows from L2 side by side), then row block (a program's group tables stay in L1).
 
 The math is :mod:`.reference`'s operation for operation, as the Triton kernel's (the helpers :func:`to_f32` and
 :func:`quant_store` are shared), so both are byte-identical to the reference. ``PASS``: 0 per-group (scale, codes and
 row sums of each group), 1 per-token amaxes (each (row, group)'s amax of the rotated group into ``amax [P, M, G]``),
 2 per-token codes (the row's scale from its ``G`` amaxes folded in group order, then the group rotated again and
-encoded — twice the rotation, no fp32 scratch round trip). What bounds it (call 125, ncu, gl128w16 at M = 8192): one
-CTA of 16 warps per SM (118 registers), so the shared-memory phases of a layer and its arithmetic do not overlap
-across CTAs — L1 / shared 64 % busy, an instruction issued every 2.4 cycles per scheduler.
+encoded — twice the rotation, no fp32 scratch round trip). What bounds it (call 125, ncu, gl128w16 at M = 8192): the
+shared pipe — each layer's exchange a store and a load of every element, ~80 us per partition at M = 8192, K = 5120
+— with one CTA of 16 warps per SM (118 registers) whose shared phases and arithmetic serialise: L1 / shared 64 %
+busy, an instruction every 2.4 cycles per scheduler. Not the table loads' latency (a layer ahead: no gain; in L1: 2-4
+%, call 128) nor a second CTA per SM at 128 registers (even, calls 126 and 128).
 
 NVIDIA-only where it has been measured (Gluon's ``BlockedLayout``); the portable twin is the Triton kernel, the same
 math. Not runnable under the interpreter: tested on GPUs against the reference, compiled for sm_90 on the CPU.
@@ -51,25 +53,22 @@ _G: gl.constexpr = gl.constexpr(GROUP)
 #: 128 channels (``128 / num_warps`` channels per thread in the rotation), ``ctas`` programs per SM in the persistent
 #: grid (``maxnreg``: the register cap that lets that many fit), ``fast``: the quantiser's GPU forms (Markstein's
 #: quotient, the hardware e4m3 decode for the row sums: :func:`radiance_kernels.ops.rotate_quant.triton.quant_store`;
-#: same bits), ``ahead``: the next tile's activations loaded during this one's rotation. Shared memory: the gather's
-#: ``BR × 128`` fp32 tile. H200 call 126 (M = 8192, K = 5120, us, P = 1 / 3; Triton bm16w4: e4m3 per-group 296 / 874,
-#: int8 per-group 258 / 761, per-token 416 / 1363): gl128w16 245 / 677, 225 / 610, 451 / 1279; gl64w8r128 241 / 690,
-#: 222 / 632, 463 / 1368; the ablations gl128w16_ahead (call 125: 237 / 682, 218 / 627) and gl128w16_div (div.rn:
-#: 266 / 771, 220 / 636). ptxas sm_90 (Triton 3.6): gl128w16 118 registers (one CTA per SM), 80 / 71 instructions per
-#: element e4m3 / int8 per-group against the Triton kernel's 142 / 161.
-_BASE = dict(RPT=4, num_warps=16, ctas=1, fast=True, ahead=False, chunked=False, prefetch=False)
+#: same bits), ``chunked``: the tile order (:func:`_tile`). Shared memory: the gather's ``BR × 128`` fp32 tile.
+#: H200 call 128 (M = 8192, K = 5120, us, P = 1 / 3; Triton bm16w4: e4m3 per-group 297 / 875, int8 per-group
+#: 259 / 762): gl128w16c 242 / 667, 223 / 599; the ablations gl128w16 (strided order, call 126's default: 247 / 690,
+#: 227 / 615), gl64w8r128c (two CTAs per SM: 238 / 704, 220 / 644); gl128w16c_div (div.rn) as call 126's gl128w16_div
+#: (266 / 771, 220 / 636). Measured and dropped: the next layer's partner channels loaded before this layer's
+#: exchange (call 128: 0 to -3 %), the next tile's activations loaded during this one (call 126: -1 to -3 %), 16-warp
+#: CTAs of 64 rows at 64 registers (call 128: -5 to -15 %). ptxas sm_90 (Triton 3.6): gl128w16c 118 registers (one
+#: CTA per SM).
+_BASE = dict(RPT=4, num_warps=16, ctas=1, fast=True, chunked=True)
 CONFIGS = {name: {**_BASE, **change} for name, change in {
-    "gl128w16": {},
-    "gl128w16_ahead": dict(ahead=True),
-    "gl128w16_div": dict(fast=False),
-    "gl64w8r128": dict(RPT=2, num_warps=8, ctas=2, maxnreg=128),
-    "gl128w16c": dict(chunked=True),
-    "gl128w16p": dict(prefetch=True),
-    "gl128w16cp": dict(chunked=True, prefetch=True),
-    "gl64w8r128c": dict(RPT=2, num_warps=8, ctas=2, maxnreg=128, chunked=True),
-    "gl64w16r64c": dict(RPT=2, num_warps=16, ctas=2, maxnreg=64, chunked=True),
+    "gl128w16c": {},
+    "gl128w16": dict(chunked=False),
+    "gl128w16c_div": dict(fast=False),
+    "gl64w8r128c": dict(RPT=2, num_warps=8, ctas=2, maxnreg=128),
 }.items()}
-DEFAULT = "gl128w16"
+DEFAULT = "gl128w16c"
 #: ``rotate_quant`` takes :data:`DEFAULT` from this M for per-group scales on :func:`measured_on` GPUs (H200 call 126:
 #: 1.05-1.33x the Triton kernel at M = 1024, 1.16-1.29x at 2048 and 8192); per-token scales stay on the Triton kernel,
 #: faster there at P = 1 and 2 (its rotated row parked once against this kernel's two rotations).
@@ -77,29 +76,15 @@ MIN_M = 1024
 
 
 @gluon.jit
-def _mates(mate_ptr, off, v):
-    """One layer's partner channels at channel offsets off, broadcast to v's shape for the gather."""
-    mate, _ = gl.broadcast(gl.expand_dims(gl.load(mate_ptr + off), 0), v)
-    return mate
-
-
-@gluon.jit
-def _rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: gl.constexpr, PREFETCH: gl.constexpr):
-    """Channel-scale and rotate the tile v [BR, 128] (group g) by partition p's NL layers. ``PREFETCH``: layer r + 1's
-    partner channels are loaded before layer r's exchange (the exchange's addresses wait on them; cos and sin are
-    wanted only once the partner is read, and load beside it)."""
+def _rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: gl.constexpr):
+    """Channel-scale and rotate the tile v [BR, 128] (group g) by partition p's NL layers."""
     v = v * gl.expand_dims(gl.load(cs_ptr + p * K + g * _G + cols).to(gl.float32), 0)
-    base = p * NL * K + g * _G + cols
-    mate = _mates(mate_ptr, base, v)
     for r in gl.static_range(NL):
-        off = base + r * K
-        if PREFETCH and r + 1 < NL:
-            mate_next = _mates(mate_ptr, off + K, v)
+        off = (p * NL + r) * K + g * _G + cols
+        mate, _ = gl.broadcast(gl.expand_dims(gl.load(mate_ptr + off), 0), v)
         c = gl.expand_dims(gl.load(cos_ptr + off), 0)
         s = gl.expand_dims(gl.load(sin_ptr + off), 0)
         v = c * v + s * gl.gather(v, mate, 1)
-        if r + 1 < NL:
-            mate = mate_next if PREFETCH else _mates(mate_ptr, off + K, v)
     return v
 
 
@@ -115,23 +100,22 @@ def _tile(t, P, G, RB, CHUNKED: gl.constexpr):
 
 
 @gluon.jit
-def _load_tile(x_ptr, stride_x, t, end, P, G, RB, M, BR: gl.constexpr, LQ: gl.constexpr, CHUNKED: gl.constexpr):
-    """Tile t's raw activations [BR, 128] in LQ; zeros past M, none loaded from the program's end tile on."""
+def _load_tile(x_ptr, stride_x, t, P, G, RB, M, BR: gl.constexpr, LQ: gl.constexpr, CHUNKED: gl.constexpr):
+    """Tile t's raw activations [BR, 128] in LQ; zeros past M."""
     _, g, rb = _tile(t, P, G, RB, CHUNKED)
     rows = rb * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, LQ))
     cols = gl.arange(0, _G, layout=gl.SliceLayout(0, LQ))
     offs = gl.expand_dims(rows.to(gl.int64), 1) * stride_x + g * _G + gl.expand_dims(cols, 0)
-    return gl.load(x_ptr + offs, mask=gl.expand_dims((rows < M) & (t < end), 1), other=0)
+    return gl.load(x_ptr + offs, mask=gl.expand_dims(rows < M, 1), other=0)
 
 
 @gluon.jit
 def _rotate_quant_kernel(x_ptr, stride_x, mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, amax_ptr,
                          inv_qmax, M, K, G, P, T, DT: gl.constexpr, NL: gl.constexpr, ELEM: gl.constexpr,
                          HW: gl.constexpr, PASS: gl.constexpr, RPT: gl.constexpr, NW: gl.constexpr,
-                         FAST: gl.constexpr, AHEAD: gl.constexpr, CHUNKED: gl.constexpr, PREFETCH: gl.constexpr):
+                         FAST: gl.constexpr, CHUNKED: gl.constexpr):
     """Persistent: program i takes tiles i, i + programs, ... or (``CHUNKED``) the i-th contiguous run of
-    ceil(T / programs) tiles; ``AHEAD``: each tile's activations are loaded while the tile before it is rotated (one
-    tile in flight per program)."""
+    ceil(T / programs) tiles."""
     BR: gl.constexpr = 32 * RPT
     LR: gl.constexpr = gl.BlockedLayout([RPT, _G // NW], [32, 1], [1, NW], [0, 1])  # the rotation's
     LQ: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NW, 1], [1, 0])  # loads, stores and the quantiser's
@@ -143,18 +127,13 @@ def _rotate_quant_kernel(x_ptr, stride_x, mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_
         first, end, step = gl.program_id(0) * run, gl.minimum(gl.program_id(0) * run + run, T), 1
     else:
         first, end, step = gl.program_id(0), T, gl.num_programs(0)
-    raw = _load_tile(x_ptr, stride_x, first, end, P, G, RB, M, BR, LQ, CHUNKED)
     for t in range(first, end, step):
-        if AHEAD:
-            ahead = _load_tile(x_ptr, stride_x, t + step, end, P, G, RB, M, BR, LQ, CHUNKED)
-        else:
-            raw = _load_tile(x_ptr, stride_x, t, end, P, G, RB, M, BR, LQ, CHUNKED)
-            ahead = raw
+        raw = _load_tile(x_ptr, stride_x, t, P, G, RB, M, BR, LQ, CHUNKED)
         p, g, rb = _tile(t, P, G, RB, CHUNKED)
         rows = rb * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, LQ))
         rmask = rows < M
         v = to_f32(gl.convert_layout(raw, LR), DT)
-        v = gl.convert_layout(_rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols_r, NL, PREFETCH), LQ)
+        v = gl.convert_layout(_rotate(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols_r, NL), LQ)
         abase = (p * M + rows).to(gl.int64) * G
         if PASS == 1:
             gl.store(amax_ptr + abase + g, gl.max(gl.abs(v), axis=1), mask=rmask)
@@ -169,7 +148,6 @@ def _rotate_quant_kernel(x_ptr, stride_x, mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_
                 scale = amax * inv_qmax
                 gl.store(as_ptr + p * M + rows, scale, mask=rmask & (g == 0))
             quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW, FAST)
-        raw = ahead
 
 
 def measured_on(device: torch.device | str) -> bool:
@@ -208,7 +186,7 @@ def rotate_quant(x, pairs, theta, channel_scales, elem: str, granularity: str, h
         _rotate_quant_kernel[grid](
             xv, x.stride(0), mate, cos, sin, channel_scales.contiguous(), out["A"], out["AS"], out["RS"], amax,
             reference.INV_QMAX[elem], M, K, G, P, T, DT=_DT[x.dtype], NL=NL, ELEM=int(elem == "int8"), HW=hw,
-            PASS=pass_, RPT=c["RPT"], NW=c["num_warps"], FAST=c["fast"], AHEAD=c["ahead"],
-            CHUNKED=c["chunked"], PREFETCH=c["prefetch"], num_warps=c["num_warps"], maxnreg=c.get("maxnreg"),
+            PASS=pass_, RPT=c["RPT"], NW=c["num_warps"], FAST=c["fast"],
+            CHUNKED=c["chunked"], num_warps=c["num_warps"], maxnreg=c.get("maxnreg"),
             enable_fp_fusion=False)
     return out
