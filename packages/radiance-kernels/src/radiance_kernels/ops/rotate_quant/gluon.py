@@ -28,8 +28,8 @@ row sums of each group), 1 per-token amaxes (each (row, group)'s amax of the rot
 encoded — twice the rotation, no fp32 scratch round trip). What bounds it (call 125, ncu, gl128w16 at M = 8192): the
 shared pipe — each layer's exchange a store and a load of every element, ~80 us per partition at M = 8192, K = 5120
 — with one CTA of 16 warps per SM (118 registers) whose shared phases and arithmetic serialise: L1 / shared 64 %
-busy, an instruction every 2.4 cycles per scheduler. Not the table loads' latency (a layer ahead: no gain; in L1: 2-4
-%, call 128) nor a second CTA per SM at 128 registers (even, calls 126 and 128).
+busy, an instruction every 2.4 cycles per scheduler. Not the table loads' latency (a layer ahead: no gain; in L1: 1-5
+%, calls 128-129) nor a second CTA per SM at 128 registers (even, calls 126 and 128).
 
 NVIDIA-only where it has been measured (Gluon's ``BlockedLayout``); the portable twin is the Triton kernel, the same
 math. Not runnable under the interpreter: tested on GPUs against the reference, compiled for sm_90 on the CPU.
@@ -54,9 +54,9 @@ _G: gl.constexpr = gl.constexpr(GROUP)
 #: grid (``maxnreg``: the register cap that lets that many fit), ``fast``: the quantiser's GPU forms (Markstein's
 #: quotient, the hardware e4m3 decode for the row sums: :func:`radiance_kernels.ops.rotate_quant.triton.quant_store`;
 #: same bits), ``chunked``: the tile order (:func:`_tile`). Shared memory: the gather's ``BR × 128`` fp32 tile.
-#: H200 call 128 (M = 8192, K = 5120, us, P = 1 / 3; Triton bm16w4: e4m3 per-group 297 / 875, int8 per-group
-#: 259 / 762): gl128w16c 242 / 667, 223 / 599; the ablations gl128w16 (strided order, call 126's default: 247 / 690,
-#: 227 / 615), gl64w8r128c (two CTAs per SM: 238 / 704, 220 / 644); gl128w16c_div (div.rn) as call 126's gl128w16_div
+#: H200 call 129 (M = 8192, K = 5120, us, P = 1 / 3; Triton bm16w4: e4m3 per-group 296 / 874, int8 per-group
+#: 257 / 761): gl128w16c 241 / 646, 223 / 578; the ablations gl128w16 (strided order, call 126's default: 245 / 675,
+#: 224 / 609), gl64w8r128c (two CTAs per SM: 239 / 691, 220 / 633); gl128w16c_div (div.rn) as call 126's gl128w16_div
 #: (266 / 771, 220 / 636). Measured and dropped: the next layer's partner channels loaded before this layer's
 #: exchange (call 128: 0 to -3 %), the next tile's activations loaded during this one (call 126: -1 to -3 %), 16-warp
 #: CTAs of 64 rows at 64 registers (call 128: -5 to -15 %). ptxas sm_90 (Triton 3.6): gl128w16c 118 registers (one
@@ -69,9 +69,10 @@ CONFIGS = {name: {**_BASE, **change} for name, change in {
     "gl64w8r128c": dict(RPT=2, num_warps=8, ctas=2, maxnreg=128),
 }.items()}
 DEFAULT = "gl128w16c"
-#: ``rotate_quant`` takes :data:`DEFAULT` from this M for per-group scales on :func:`measured_on` GPUs (H200 call 126:
-#: 1.05-1.33x the Triton kernel at M = 1024, 1.16-1.29x at 2048 and 8192); per-token scales stay on the Triton kernel,
-#: faster there at P = 1 and 2 (its rotated row parked once against this kernel's two rotations).
+#: ``rotate_quant`` takes :data:`DEFAULT` from this M for per-group scales on :func:`measured_on` GPUs (H200 call 129:
+#: 1.06-1.37x the Triton kernel at M = 1024, 1.16-1.35x at 8192; call 126: 1.16-1.29x at 2048); per-token scales
+#: stay on the Triton kernel, faster there at P = 1 and 2 (its rotated row parked once against this kernel's two
+#: rotations).
 MIN_M = 1024
 
 
