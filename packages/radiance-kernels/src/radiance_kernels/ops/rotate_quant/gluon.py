@@ -25,11 +25,11 @@ The math is :mod:`.reference`'s operation for operation, as the Triton kernel's 
 :func:`quant_store` are shared), so both are byte-identical to the reference. ``PASS``: 0 per-group (scale, codes and
 row sums of each group), 1 per-token amaxes (each (row, group)'s amax of the rotated group into ``amax [P, M, G]``),
 2 per-token codes (the row's scale from its ``G`` amaxes folded in group order, then the group rotated again and
-encoded — twice the rotation, no fp32 scratch round trip). What bounds it (call 125, ncu, gl128w16 at M = 8192): the
-shared pipe — each layer's exchange a store and a load of every element, ~80 us per partition at M = 8192, K = 5120
-— with one CTA of 16 warps per SM (118 registers) whose shared phases and arithmetic serialise: L1 / shared 64 %
-busy, an instruction every 2.4 cycles per scheduler. Not the table loads' latency (a layer ahead: no gain; in L1: 1-5
-%, calls 128-129) nor a second CTA per SM at 128 registers (even, calls 126 and 128).
+encoded — twice the rotation, no fp32 scratch round trip). What bounds it, inferred from calls 125 and 128 (not yet
+profiled on gl128w16c): the shared pipe — each layer's exchange a store and a load of every element, ~80 us per
+partition at M = 8192, K = 5120 — with one CTA of 16 warps per SM (118 registers) whose shared phases and arithmetic
+serialise: L1 / shared 64 % busy, an instruction every 2.4 cycles per scheduler. Not the table loads' latency (a layer
+ahead: no gain; in L1: 1-5 %, calls 128-129) nor a second CTA per SM at 128 registers (even, calls 126 and 128).
 
 NVIDIA-only where it has been measured (Gluon's ``BlockedLayout``); the portable twin is the Triton kernel, the same
 math. Not runnable under the interpreter: tested on GPUs against the reference, compiled for sm_90 on the CPU.
@@ -49,18 +49,17 @@ from radiance_kernels.ops.rotate_quant.triton import output_buffers, quant_store
 
 _G: gl.constexpr = gl.constexpr(GROUP)
 
-#: Launch configurations: ``RPT`` rows per thread (``BR = 32·RPT`` rows per program), ``num_warps`` warps along the
-#: 128 channels (``128 / num_warps`` channels per thread in the rotation), ``ctas`` programs per SM in the persistent
-#: grid (``maxnreg``: the register cap that lets that many fit), ``fast``: the quantiser's GPU forms (Markstein's
-#: quotient, the hardware e4m3 decode for the row sums: :func:`radiance_kernels.ops.rotate_quant.triton.quant_store`;
-#: same bits), ``chunked``: the tile order (:func:`_tile`). Shared memory: the gather's ``BR × 128`` fp32 tile.
-#: H200 call 129 (M = 8192, K = 5120, us, P = 1 / 3; Triton bm16w4: e4m3 per-group 296 / 874, int8 per-group
-#: 257 / 761): gl128w16c 241 / 646, 223 / 578; the ablations gl128w16 (strided order, call 126's default: 245 / 675,
-#: 224 / 609), gl64w8r128c (two CTAs per SM: 239 / 691, 220 / 633); gl128w16c_div (div.rn) as call 126's gl128w16_div
-#: (266 / 771, 220 / 636). Measured and dropped: the next layer's partner channels loaded before this layer's
-#: exchange (call 128: 0 to -3 %), the next tile's activations loaded during this one (call 126: -1 to -3 %), 16-warp
-#: CTAs of 64 rows at 64 registers (call 128: -5 to -15 %). ptxas sm_90 (Triton 3.6): gl128w16c 118 registers (one
-#: CTA per SM).
+#: Launch configurations: ``RPT`` rows per thread (``BR = 32·RPT`` rows per program), ``num_warps`` warps along the 128
+#: channels (``128 / num_warps`` channels per thread in the rotation), ``ctas`` programs per SM in the persistent grid
+#: (``maxnreg``: the register cap that lets that many fit), ``fast``: the quantiser's GPU forms (Markstein's quotient,
+#: the hardware e4m3 decode for the row sums: :func:`radiance_kernels.ops.rotate_quant.triton.quant_store`; same bits),
+#: ``chunked``: the tile order (:func:`_tile`). Shared memory: the gather's ``BR × 128`` fp32 tile. H200 call 129 (M =
+#: 8192, K = 5120, us, P = 1 / 3; Triton bm16w4: e4m3 per-group 296 / 874, int8 per-group 257 / 761): gl128w16c 241 /
+#: 646, 223 / 578; the ablations gl128w16 (strided order, call 126's default: 245 / 675, 224 / 609), gl64w8r128c (two
+#: CTAs per SM: 239 / 691, 220 / 633); gl128w16c_div (div.rn; not timed on this order — call 126's strided gl128w16_div:
+#: 266 / 771, 220 / 636). Measured and dropped: the next layer's partner channels loaded before this layer's exchange
+#: (call 128: 0 to -3 %), the next tile's activations loaded during this one (call 126: -1 to -3 %), 16-warp CTAs of 64
+#: rows at 64 registers (call 128: -5 to -18 %). ptxas sm_90 (Triton 3.6): gl128w16c 118 registers (one CTA per SM).
 _BASE = dict(RPT=4, num_warps=16, ctas=1, fast=True, chunked=True)
 CONFIGS = {name: {**_BASE, **change} for name, change in {
     "gl128w16c": {},
