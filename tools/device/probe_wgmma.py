@@ -1,11 +1,13 @@
-"""H200 probe (session 7): what limits the Gluon Hopper prefill kernel (:mod:`radiance_kernels.ops.w4a8_gemm.wgmma`)?
+"""H200 probe (sessions 7, 21): what limits the Gluon Hopper prefill kernel
+(:mod:`radiance_kernels.ops.w4a8_gemm.wgmma`)?
 
 Times the kernel alone (its per-call operands — the 8-bit weight copy and the column factors — built once, outside
-the timing) at M = 2048 on the qkv and gate_up shapes, e4m3 per-token and int8 per-group activations, for both tile
-configs and ``nofold`` (each group's sums added to the accumulator unscaled — its ``_fold``
-helper swapped for a trivial one before compiling: the MMA / TMA pipeline alone). In the same run: the library's
-per-tensor fp8 GEMM on the same M, N, K (the prefill bar's ceiling) and its 1x128 block-scaled GEMM on the same
-8-bit operand. ``python tools/device/probe_wgmma.py OUT.json`` (GPU, PYTHONPATH as h200_run.sh sets it)."""
+the timing) at M = 2048 on the qkv and gate_up shapes (gate_up also at 8192), e4m3 per-token and int8 per-group
+activations, for every wgmma config (the warp-specialised ``ws`` ones too) and ``nofold`` (each group's sums added
+to the accumulator unscaled — its ``_fold`` helper swapped for a trivial one before compiling: the MMA / TMA
+pipeline alone). In the same run: the library's per-tensor fp8 GEMM on the same M, N, K (the prefill bar's ceiling)
+and its 1x128 block-scaled GEMM on the same 8-bit operand. ``python tools/device/probe_wgmma.py OUT.json`` (GPU,
+PYTHONPATH as h200_run.sh sets it)."""
 
 import json
 import os
@@ -32,22 +34,25 @@ FOLD = wgmma._fold
 #: (label, named config, config overrides); session 7's call 47 also timed a "late refill" variant (the operand
 #: tiles refilled after the fold: 5-7 % slower on wgmma, mixed on wgmmam64; the knob is gone, see git log of
 #: results/h200/2026-11-30-call47)
-VARIANTS = (("wgmma", "wgmma", {}), ("wgmma nofold", "wgmma", {}), ("wgmmam64", "wgmmam64", {}),
-            ("wgmmam64 nofold", "wgmmam64", {}))
+VARIANTS = tuple((f"{name}{v}", name, {}) for name in ("wgmma", "wgmmam64", "wgmmaws", "wgmmaws6")
+                 for v in ("", " nofold"))
+#: (proj, N, K, M): session 7's two shapes at M = 2048; session 21 added gate_up at M = 8192 and the ws configs
+SHAPES = (("attn.qkv", 14336, 5120, 2048), ("mlp.gate_up", 34816, 5120, 2048), ("mlp.gate_up", 34816, 5120, 8192))
 
 
 def _use_fold(fold) -> None:
     """Compile the kernel with ``fold`` as its ``_fold`` (the jit hashes and in-memory caches reset)."""
     wgmma._fold = fold
-    for fn in (wgmma._w4a8_wgmma_kernel, wgmma._step):
+    kernels = (wgmma._w4a8_wgmma_kernel, wgmma._w4a8_wgmma_ws_kernel)
+    for fn in kernels + (wgmma._step, wgmma._ws_step, wgmma._ws_mma, wgmma._ws_partition):
         fn.hash = None
-    wgmma._w4a8_wgmma_kernel.device_caches.clear()
+    for fn in kernels:
+        fn.device_caches.clear()
 
 
 def main(path: str) -> None:
     out = {"date": __import__("datetime").datetime.now().isoformat(), "gpu": torch.cuda.get_device_name(), "rows": []}
-    M = 2048
-    for name, N, K in (("attn.qkv", 14336, 5120), ("mlp.gate_up", 34816, 5120)):
+    for name, N, K, M in SHAPES:
         g = torch.Generator(device="cuda").manual_seed(0)
         codes = torch.randint(0, 16, (K, N), generator=g, device="cuda", dtype=torch.uint8)
         zeros = torch.randint(0, 16, (K // 128, N), generator=g, device="cuda", dtype=torch.uint8)
@@ -71,7 +76,7 @@ def main(path: str) -> None:
                 torch.cuda.synchronize()
                 t = graph_time([fn], reps=10)
                 _use_fold(FOLD)
-                out["rows"].append({"proj": name, "act": act, "variant": variant, "us": t.best_us,
+                out["rows"].append({"proj": name, "M": M, "act": act, "variant": variant, "us": t.best_us,
                                     "TFLOPs": flops / t.best_us / 1e6})
                 print(out["rows"][-1], flush=True)
         a8 = torch.randint(0, 0x7E, (M, K), device="cuda", dtype=torch.uint8).view(torch.float8_e4m3fn)
@@ -83,7 +88,7 @@ def main(path: str) -> None:
             fn = partial(torch._scaled_mm, a8, b8.t(), out_dtype=torch.bfloat16, **kw)
             fn()
             t = graph_time([fn], reps=10)
-            out["rows"].append({"proj": name, "act": "e4m3", "variant": variant, "us": t.best_us,
+            out["rows"].append({"proj": name, "M": M, "act": "e4m3", "variant": variant, "us": t.best_us,
                                 "TFLOPs": flops / t.best_us / 1e6})
             print(out["rows"][-1], flush=True)
     tmp = path + ".tmp"

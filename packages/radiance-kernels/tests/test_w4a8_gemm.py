@@ -422,35 +422,55 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
+from radiance_kernels.ops.w4a8_gemm import wgmma
 from radiance_kernels.ops.w4a8_gemm.tma_tiles import layout
-from radiance_kernels.ops.w4a8_gemm.wgmma import _w4a8_wgmma_kernel as kernel
 out = []
-for int8, grouped, BM, nw in ((True, True, 128, 8), (False, False, 64, 4)):
+for int8, grouped, BM, nw, ws in ((True, True, 128, 8, False), (False, False, 64, 4, False), (True, True, 128, 4, True),
+                                  (False, False, 128, 4, True)):
+    kernel = wgmma._w4a8_wgmma_ws_kernel if ws else wgmma._w4a8_wgmma_kernel
     el, gel = ("i8", gl.int8) if int8 else ("fp8e4nv", gl.float8e4nv)
     lay = lambda rows: layout([rows, 128], gel)
     lsc = layout([128], gl.float32, False)
     ce = dict(INT8=int8, GROUP_AS=grouped, BM=BM, BN=128, STAGES=4, GROUP_M=8, BK=128, ZFOLD=int8)
-    types = {"a_desc": f"tensordesc<{el}[{BM}, 128],{lay(BM)!r}>", "w_desc": f"tensordesc<{el}[128, 128],{lay(128)!r}>",
+    if ws:
+        ce["MMA_REGS"] = wgmma.WS_MMA_REGS
+    ar = BM // 2 if ws else BM
+    types = {"a_desc": f"tensordesc<{el}[{ar}, 128],{lay(ar)!r}>", "w_desc": f"tensordesc<{el}[128, 128],{lay(128)!r}>",
              "sc_desc": f"tensordesc<fp32[128],{lsc!r}>", "as_ptr": "*fp32", "rs_ptr": "*fp32", "out_ptr": "*bf16"}
     sig = {n: "constexpr" if n in ce else types.get(n, "i32") for n in kernel.arg_names}
+    opts = {"num_warps": nw, **({"maxnreg": wgmma.WS_LAUNCH_REGS} if ws else {})}
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": nw})
+                       options=opts)
     ptx = c.asm["ptx"]
-    out.append(dict(int8=int8, wgmma=sorted(set(re.findall(r"wgmma[.]mma_async[.]sync[.]aligned[.]([.\\w]+)", ptx))),
+    out.append(dict(int8=int8, ws=ws,
+                    wgmma=sorted(set(re.findall(r"wgmma[.]mma_async[.]sync[.]aligned[.]([.\\w]+)", ptx))),
                     waits=sorted(set(re.findall(r"wgmma[.]wait_group[.]sync[.]aligned (\\d+)", ptx))),
-                    tma=ptx.count("cp.async.bulk.tensor"), shared=c.metadata.shared))
+                    tma=ptx.count("cp.async.bulk.tensor"), shared=c.metadata.shared,
+                    regs=sorted(set(re.findall(r"setmaxnreg[.](\\w+)[.]sync[.]aligned[.]u32\\s+(\\d+)", ptx))),
+                    cta_bars=len(re.findall(r"\\bbar[.]sync\\s+0;", ptx)),
+                    part_bars=sorted(set(re.findall(r"\\bbar[.]sync\\s+(\\d+), 128;", ptx))),
+                    empty_init=len(re.findall(r"mbarrier[.]init[.]shared::cta[.]b64 \\[%r\\d+\\], 2;", ptx))))
 print(json.dumps(out))
 """
 
 
 def test_wgmma_compiles_for_sm90():
-    """The Gluon Hopper prefill kernel compiles for sm_90 with this environment's Triton (the H200 runs 3.6):
+    """The Gluon Hopper prefill kernels compile for sm_90 with this environment's Triton (the H200 runs 3.6):
     s8 x s8 -> s32 and e4m3 x e4m3 -> f32 wgmma from shared memory (k32, N = 128), waits that keep one group's MMA in
-    flight (1) and drain (0), TMA loads of the operand and scale tiles."""
-    for r in compiled_for_sm90(WGMMA_SM90):
+    flight (1) and drain (0), TMA loads of the operand and scale tiles. The ``ws`` form: its loader's warpgroup
+    drops to 24 registers and the MMA warpgroups rise to :data:`WS_MMA_REGS`; each MMA warpgroup syncs only its own
+    128 threads (named barriers), never the CTA, and the stages' ``empty`` barriers wait for both warpgroups."""
+    from radiance_kernels.ops.w4a8_gemm import wgmma
+
+    rows = compiled_for_sm90(WGMMA_SM90)
+    assert [r["ws"] for r in rows] == [False, False, True, True]
+    for r in rows:
         kind = "m64n128k32.s32.s8.s8" if r["int8"] else "m64n128k32.f32.e4m3.e4m3"
         assert r["wgmma"] == [kind] and r["waits"] == ["0", "1"], r
         assert r["tma"] >= 4 and r["shared"] > 4 * 128 * 128, r
+        if r["ws"]:
+            assert ["dec", "24"] in r["regs"] and ["dec", str(wgmma.WS_MMA_REGS)] in r["regs"], r
+            assert r["cta_bars"] == 0 and len(r["part_bars"]) == 2 and r["empty_init"] == 4, r  # STAGES
 
 
 def test_split_counters_are_one_buffer_per_device_and_stream(device):
@@ -931,7 +951,7 @@ def test_blockwise_full_shapes(proj, M, grouped):
 
 
 @pytest.mark.skipif(not SM90, reason="Gluon wgmma kernel: NVIDIA sm_90 only (the Triton predeq loop is its twin)")
-@pytest.mark.parametrize("name", ["wgmma", "wgmmam64"])
+@pytest.mark.parametrize("name", ["wgmma", "wgmmam64", "wgmmaws", "wgmmaws6"])
 @pytest.mark.parametrize("bits,elem,grouped,M,K", [(4, "e4m3", True, 19, 256), (4, "int8", True, 130, 768),
                                                   (5, "e4m3", False, 70, 512), (5, "int8", False, 200, 1024),
                                                   (4, "e4m3", False, 129, 1280), (4, "int8", False, 64, 256)])
@@ -944,6 +964,28 @@ def test_wgmma_configs(name, bits, elem, grouped, M, K):
     P, N, bounds = 2, 400, [0, 256, 400]
     A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device="cuda")
     w = prepare_codes(*weights(K, N, bits, zkind="extremes" if M == 64 else "random", device="cuda"), bits)
+    ref = call(A, AS, RS, w, bounds, False, "prefill", "reference")
+    out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device="cuda")
+    impl.gemm(A, AS, RS, w, bounds, False, "prefill", out=out, cfg=impl.PREFILL[name])
+    r, mx = gemm_error(out[:M], ref)
+    assert r <= REL and mx <= 4 * REL, (r, mx)
+    assert torch.all(out[M:] == 5.0)
+
+
+@pytest.mark.skipif(not SM90, reason="Gluon wgmma kernel: NVIDIA sm_90 only (the Triton predeq loop is its twin)")
+@pytest.mark.parametrize("name", ["wgmmaws", "wgmmaws6"])
+@pytest.mark.parametrize("bits,elem,grouped,K", [(4, "int8", True, 256), (5, "e4m3", False, 1280),
+                                                 (4, "e4m3", True, 768)])
+def test_wgmma_ws_walks_tiles(name, bits, elem, grouped, K):
+    """The persistent warp-specialised form with more tiles than SMs (each program walks 2-3 tiles, its ring's
+    stages and phases running on across them) == reference; P = 3 with ragged partitions, M off the tile."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    P, M, N, bounds = 3, 1500, 3000, [0, 1024, 2000, 3000]
+    A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=K, device="cuda")
+    w = prepare_codes(*weights(K, N, bits, device="cuda"), bits)
+    tiles, sms = -(-M // 128) * -(-N // 128), torch.cuda.get_device_properties(0).multi_processor_count
+    assert tiles > 2 * sms, (tiles, sms)
     ref = call(A, AS, RS, w, bounds, False, "prefill", "reference")
     out = torch.full((M + 2, N), 5.0, dtype=torch.bfloat16, device="cuda")
     impl.gemm(A, AS, RS, w, bounds, False, "prefill", out=out, cfg=impl.PREFILL[name])

@@ -31,13 +31,22 @@ from functools import cache
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from radiance_kernels.backends import triton_interpreted
 from radiance_kernels.ops.w4a8_gemm import tma_tiles
 from radiance_kernels.ops.w4a8_gemm.reference import GROUP
 
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
+#: The ws kernel's registers: 3 warpgroups x 128 threads x 168 at launch (<= 65536), then the loader's warpgroup drops
+#: to 24 and the two MMA warpgroups rise to 240 (ptxas caps the MMA partitions there).
+WS_LAUNCH_REGS, WS_MMA_REGS = 168, 240
 _MAGIC = gl.constexpr(0x4B400000)  # fp32 1.5 * 2^23: (t + _MAGIC) as fp32 is 1.5 * 2^23 + t for |t| < 2^22
 
 
@@ -45,6 +54,18 @@ _MAGIC = gl.constexpr(0x4B400000)  # fp32 1.5 * 2^23: (t + _MAGIC) as fp32 is 1.
 def _instr_n(BN, INT8):
     """The wgmma instruction's N: the tile's N, at most 128 for 8-bit integers (their N set stops at 224)."""
     return min(BN, 128) if INT8 else BN
+
+
+@gluon.jit
+def _tile(t, M, N, b1, b2, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr):
+    """Tile ``t`` in grouped order (GROUP_M row blocks per column sweep): its first row and column, and the
+    activation partition its N-block reads (``n0 >= b1``, ``n0 >= b2``)."""
+    width = GROUP_M * gl.cdiv(N, BN)
+    first_m = (t // width) * GROUP_M
+    rows = gl.minimum(gl.cdiv(M, BM) - first_m, GROUP_M)
+    off_m = (first_m + (t % width) % rows) * BM
+    off_n = ((t % width) // rows) * BN
+    return off_m, off_n, (off_n >= b1).to(gl.int32) + (off_n >= b2).to(gl.int32)
 
 
 @gluon.jit
@@ -147,15 +168,7 @@ def _w4a8_wgmma_kernel(
                                                   instr_shape=[16, _instr_n(BN, INT8), 32])
     ROW: gl.constexpr = gl.SliceLayout(1, MMA)
     COL: gl.constexpr = gl.SliceLayout(0, MMA)
-    # grouped launch order, then the N-block's activation partition
-    pid = gl.program_id(0)
-    num_m = gl.cdiv(M, BM)
-    width = GROUP_M * gl.cdiv(N, BN)
-    first_m = (pid // width) * GROUP_M
-    rows = gl.minimum(num_m - first_m, GROUP_M)
-    off_m = (first_m + (pid % width) % rows) * BM
-    off_n = ((pid % width) // rows) * BN
-    part = (off_n >= b1).to(gl.int32) + (off_n >= b2).to(gl.int32)
+    off_m, off_n, part = _tile(gl.program_id(0), M, N, b1, b2, BM, BN, GROUP_M)
     G = K // BK
     a_row = part * M + off_m
 
@@ -209,6 +222,158 @@ def _w4a8_wgmma_kernel(
     gl.store(out, acc.to(gl.bfloat16), mask=mask_m[:, None] & mask_n[None, :])
 
 
+@gluon.jit
+def _ws_issue(a_s, w_s, ready, c, h: gl.constexpr, t, STAGES: gl.constexpr):
+    """Start the MMA of the program's c-th group (stage ``c % STAGES``, activation half h) in ``t``'s registers once
+    the stage has landed."""
+    st = c % STAGES
+    mbarrier.wait(ready.index(st), (c // STAGES) & 1)
+    return warpgroup_mma(a_s.index(2 * st + h), w_s.index(st).permute((1, 0)), t, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _ws_step(acc, t, f, c, g, G, PENDING: gl.constexpr, ring, rows_in, h: gl.constexpr, INT8: gl.constexpr,
+             GROUP_AS: gl.constexpr, COL: gl.constexpr, STAGES: gl.constexpr, ZFOLD: gl.constexpr,
+             ISSUE: gl.constexpr):
+    """:func:`_step` for one warpgroup of the warp-specialised kernel: fold group g (the tile's first group is the
+    program's c-th), hand its stage back to the loader, (ISSUE) start group g + 2's MMA in ``t``'s registers."""
+    a_s, w_s, s_s, sd_s, ready, empty = ring
+    rs_rows, as_rows, mask_m = rows_in
+    st = (c + g) % STAGES
+    tw = warpgroup_mma_wait(num_outstanding=PENDING, deps=(t,))
+    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
+    acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
+    _barrier()  # this warpgroup's warps are done with the stage: their MMA and their scale loads
+    fence_async_shared()  # the scale loads ordered before the loader's TMA overwrites them
+    mbarrier.arrive(empty.index(st), count=1)
+    if ISSUE:
+        t = _ws_issue(a_s, w_s, ready, c + g + 2, h, tw, STAGES)
+    else:
+        t = tw
+    return acc, t, fn
+
+
+@gluon.jit
+def _ws_load(ring, descs, dims, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr, BK: gl.constexpr,
+             ZFOLD: gl.constexpr, STAGES: gl.constexpr):
+    """The loader warp: every group of every tile of this program, in order, into the next free stage (both
+    activation halves, the weight tile, the column factors), one ``ready`` barrier per stage."""
+    a_desc, w_desc, sc_desc = descs
+    a_s, w_s, s_s, sd_s, ready, empty = ring
+    M, N, K, b1, b2, stride_om = dims
+    G = K // BK
+    nbytes: gl.constexpr = (2 * a_desc.block_type.nbytes + w_desc.block_type.nbytes
+                            + (1 if ZFOLD else 2) * sc_desc.block_type.nbytes)
+    c = 0
+    for tile in range(gl.program_id(0), gl.cdiv(M, BM) * gl.cdiv(N, BN), gl.num_programs(0)):
+        off_m, off_n, part = _tile(tile, M, N, b1, b2, BM, BN, GROUP_M)
+        a_row = part * M + off_m
+        for g in range(G):
+            st = c % STAGES
+            mbarrier.wait(empty.index(st), ((c // STAGES) & 1) ^ 1)  # a fresh barrier passes phase 1
+            bar = ready.index(st)
+            mbarrier.expect(bar, nbytes)
+            tma.async_copy_global_to_shared(a_desc, [a_row, g * BK], bar, a_s.index(2 * st))
+            tma.async_copy_global_to_shared(a_desc, [a_row + BM // 2, g * BK], bar, a_s.index(2 * st + 1))
+            tma.async_copy_global_to_shared(w_desc, [off_n, g * BK], bar, w_s.index(st))
+            tma.async_copy_global_to_shared(sc_desc, [2 * g * N + off_n], bar, s_s.index(st))
+            if not ZFOLD:
+                tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], bar, sd_s.index(st))
+            c += 1
+
+
+@gluon.jit
+def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr,
+            BN: gl.constexpr, GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr, STAGES: gl.constexpr):
+    """One MMA warpgroup: rows ``h BM/2 ..`` of every tile of this program, two groups' MMAs in flight while one
+    folds (as :func:`_w4a8_wgmma_kernel`), then its half tile stored."""
+    as_ptr, rs_ptr, out_ptr = ptrs
+    M, N, K, b1, b2, stride_om = dims
+    BMW: gl.constexpr = BM // 2
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, _instr_n(BN, INT8), 32])
+    ROW: gl.constexpr = gl.SliceLayout(1, MMA)
+    COL: gl.constexpr = gl.SliceLayout(0, MMA)
+    a_s, w_s = ring[0], ring[1]
+    ready = ring[4]
+    G = K // BK
+    zero = gl.zeros([BMW, BN], gl.int32 if INT8 else gl.float32, MMA)
+    c = 0
+    for tile in range(gl.program_id(0), gl.cdiv(M, BM) * gl.cdiv(N, BN), gl.num_programs(0)):
+        off_m, off_n, part = _tile(tile, M, N, b1, b2, BM, BN, GROUP_M)
+        offs_m = off_m + h * BMW + gl.arange(0, BMW, layout=ROW)
+        offs_n = off_n + gl.arange(0, BN, layout=COL)
+        mask_m = offs_m < M
+        rows_pm = (part * M + offs_m).to(gl.int64)
+        rs_rows = rs_ptr + rows_pm * G
+        if GROUP_AS:
+            as_rows = as_ptr + rows_pm * G
+        else:
+            as_rows = as_ptr + rows_pm
+        rows_in = (rs_rows, as_rows, mask_m)
+        acc = gl.zeros([BMW, BN], gl.float32, MMA)
+        t_a = _ws_issue(a_s, w_s, ready, c, h, zero, STAGES)
+        t_b = _ws_issue(a_s, w_s, ready, c + 1, h, zero, STAGES)
+        f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS, ZFOLD)
+        for g in range(0, G - 2, 2):
+            acc, t_a, f = _ws_step(acc, t_a, f, c, g, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, True)
+            acc, t_b, f = _ws_step(acc, t_b, f, c, g + 1, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
+                                   True)
+        acc, t_a, f = _ws_step(acc, t_a, f, c, G - 2, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, False)
+        acc, t_b, f = _ws_step(acc, t_b, f, c, G - 1, G, 0, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, False)
+        c += G
+        if not GROUP_AS:
+            acc *= gl.load(as_rows, mask=mask_m, other=0.0)[:, None]
+        out = out_ptr + offs_m.to(gl.int64)[:, None] * stride_om + offs_n[None, :]
+        gl.store(out, acc.to(gl.bfloat16), mask=mask_m[:, None] & (offs_n < N)[None, :])
+
+
+@gluon.jit
+def _ws_partition(ring, descs, ptrs, dims, ROLE: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr,
+                  BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr,
+                  STAGES: gl.constexpr):
+    """Role 0 / 1: the MMA warpgroup of the tile's first / second row half; 2: the loader warp (one signature for
+    every partition)."""
+    if ROLE == 2:
+        _ws_load(ring, descs, dims, BM, BN, GROUP_M, BK, ZFOLD, STAGES)
+    else:
+        _ws_mma(ring, ptrs, dims, ROLE, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES)
+
+
+@gluon.jit
+def _w4a8_wgmma_ws_kernel(
+    a_desc, w_desc, sc_desc, as_ptr, rs_ptr, out_ptr, M, N, K, b1, b2, stride_om,
+    INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+    GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr, MMA_REGS: gl.constexpr,
+):
+    """The ``ws`` form of :func:`_w4a8_wgmma_kernel`: persistent (a program per SM walks the tiles in grouped order)
+    and warp-specialised — a loader warp keeps the ``STAGES``-deep ring full across tile boundaries, and each of two
+    MMA warpgroups (``BM / 2`` rows each, the default partition and a worker) hands a stage back by its own arrival
+    on the stage's ``empty`` barrier (count 2): no CTA-wide barrier in the loop, so one warpgroup's fold overlaps the
+    other's MMAs, and the next tile's first groups land during this tile's last folds and stores."""
+    gl.static_assert(gl.num_warps() == 4, "the default partition is one MMA warpgroup: num_warps = 4")
+    gl.static_assert(BM == 128, "two 64-row MMA warpgroups")
+    gl.static_assert(STAGES >= 3, "groups g, g + 1 in flight and g + 2 loaded")
+    a_s = gl.allocate_shared_memory(a_desc.dtype, [2 * STAGES, BM // 2, BK], a_desc.layout)
+    w_s = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
+    s_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
+    sd_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    ring = (a_s, w_s, s_s, sd_s, ready, empty)
+    descs = (a_desc, w_desc, sc_desc)
+    ptrs = (as_ptr, rs_ptr, out_ptr)
+    dims = (M, N, K, b1, b2, stride_om)
+    gl.warp_specialize([
+        (_ws_partition, (ring, descs, ptrs, dims, 0, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES)),
+        (_ws_partition, (ring, descs, ptrs, dims, 1, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES)),
+        (_ws_partition, (ring, descs, ptrs, dims, 2, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES)),
+    ], [4, 1], [MMA_REGS, 24])
+
+
 @cache
 def unsupported(device, K: int) -> str | None:
     """Why the kernel cannot run here (None: it can): wgmma and TMA are NVIDIA sm_90's, the loop takes groups in
@@ -243,14 +408,18 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
         el, gel = torch.int8, gl.int8
     else:
         el, gel = torch.float8_e4m3fn, gl.float8e4nv
-    a_desc = tma_tiles.descriptor(A.view(P * M, K).view(el), [cfg["BM"], GROUP], gel)
+    ws = cfg.get("ws", False)
+    a_desc = tma_tiles.descriptor(A.view(P * M, K).view(el), [cfg["BM"] // (2 if ws else 1), GROUP], gel)
     w_desc = tma_tiles.descriptor(w8.view(el), [cfg["BN"], GROUP], gel)
     sc_desc = tma_tiles.descriptor(sc.view(-1), [cfg["BN"]], gl.float32, swizzle=False)
     b = list(bounds) + [N] * (4 - len(bounds))
-    grid = (-(-M // cfg["BM"]) * -(-N // cfg["BN"]),)
-    _w4a8_wgmma_kernel[grid](
-        a_desc, w_desc, sc_desc, AS, RS, out, M, N, K, b[1], b[2], out.stride(0),
-        INT8=int8, GROUP_AS=AS.dim() == 3, BM=cfg["BM"], BN=cfg["BN"], STAGES=cfg["num_stages"],
-        GROUP_M=cfg["GROUP_M"], BK=GROUP, ZFOLD=zfold, num_warps=cfg["num_warps"],
-    )
+    tiles = -(-M // cfg["BM"]) * -(-N // cfg["BN"])
+    args = (a_desc, w_desc, sc_desc, AS, RS, out, M, N, K, b[1], b[2], out.stride(0))
+    knobs = dict(INT8=int8, GROUP_AS=AS.dim() == 3, BM=cfg["BM"], BN=cfg["BN"], STAGES=cfg["num_stages"],
+                 GROUP_M=cfg["GROUP_M"], BK=GROUP, ZFOLD=zfold, num_warps=cfg["num_warps"])
+    if ws:  # a program per SM; 12 warps at launch (the loader's warpgroup), registers moved to the MMA warpgroups
+        grid = (min(tiles, torch.cuda.get_device_properties(A.device).multi_processor_count),)
+        _w4a8_wgmma_ws_kernel[grid](*args, **knobs, MMA_REGS=WS_MMA_REGS, maxnreg=WS_LAUNCH_REGS)
+    else:
+        _w4a8_wgmma_kernel[(tiles,)](*args, **knobs)
     return out
