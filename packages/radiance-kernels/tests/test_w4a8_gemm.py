@@ -978,10 +978,10 @@ def test_wgmma_configs(name, bits, elem, grouped, M, K):
                                                  (4, "e4m3", True, 768)])
 def test_wgmma_ws_walks_tiles(name, bits, elem, grouped, K):
     """The persistent warp-specialised form with more tiles than SMs (each program walks 2-3 tiles, its ring's
-    stages and phases running on across them) == reference; P = 3 with ragged partitions, M off the tile."""
+    stages and phases running on across them) == reference; P = 3 with a ragged last partition, M off the tile."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    P, M, N, bounds = 3, 1500, 3000, [0, 1024, 2000, 3000]
+    P, M, N, bounds = 3, 1500, 3000, [0, 1024, 2048, 3000]
     A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=K, device="cuda")
     w = prepare_codes(*weights(K, N, bits, device="cuda"), bits)
     tiles, sms = -(-M // 128) * -(-N // 128), torch.cuda.get_device_properties(0).multi_processor_count
@@ -992,6 +992,15 @@ def test_wgmma_ws_walks_tiles(name, bits, elem, grouped, K):
     r, mx = gemm_error(out[:M], ref)
     assert r <= REL and mx <= 4 * REL, (r, mx)
     assert torch.all(out[M:] == 5.0)
+
+
+def test_wgmma_refuses_narrow_column_blocks():
+    """Partition bounds that leave column blocks under 32 wide would put the stages' scale tiles off TMA's 128-byte
+    shared alignment (a fault on the H200, call 130): the wgmma kernels refuse them by name."""
+    from radiance_kernels.ops.w4a8_gemm import wgmma
+
+    with pytest.raises(ValueError, match="column blocks of at least 32"):
+        wgmma.gemm(None, None, None, None, None, [0, 2000, 3000], None, {"BN": 16}, True)
 
 
 def test_wgmma_refuses_where_it_cannot_run(device):

@@ -400,7 +400,11 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
     ``w8 [N, K]`` (int8 / uint8 e4m3; ``zfold``: ``q - z``, else ``q - 2^(b-1)``) with its column factors
     ``sc [2 G, N]`` (both from :func:`.triton.unpack_w8`; the kernel reads ``sc`` flat, one ``[BN]`` TMA tile per row
     and N-block: a partial last block reads the next row's head, columns that are not stored); ``cfg``: BM, BN,
-    STAGES, GROUP_M, num_warps."""
+    STAGES, GROUP_M, num_warps (BN at least 32: each stage's ``[BN]`` fp32 scale tile lands 128-byte aligned, as TMA
+    needs)."""
+    if cfg["BN"] % 32:
+        raise ValueError(f"w4a8_gemm: the wgmma kernels need column blocks of at least 32 (partition bounds {bounds} "
+                         f"give {cfg['BN']}): each stage's scale tile must land 128-byte aligned for TMA")
     P, M, K = A.shape
     N = w8.shape[0]
     int8 = A.dtype == torch.int8
