@@ -432,8 +432,8 @@ for int8, grouped, BM, nw, ws in ((True, True, 128, 8, False), (False, False, 64
     lay = lambda rows: layout([rows, 128], gel)
     lsc = layout([128], gl.float32, False)
     ce = dict(INT8=int8, GROUP_AS=grouped, BM=BM, BN=128, STAGES=4, GROUP_M=8, BK=128, ZFOLD=int8)
-    if ws:  # with and without the next tile's MMAs started in this tile's folds
-        ce.update(MMA_REGS=wgmma.WS_MMA_REGS, XTILE=int8)
+    if ws:
+        ce["MMA_REGS"] = wgmma.WS_MMA_REGS
     ar = BM // 2 if ws else BM
     types = {"a_desc": f"tensordesc<{el}[{ar}, 128],{lay(ar)!r}>", "w_desc": f"tensordesc<{el}[128, 128],{lay(128)!r}>",
              "sc_desc": f"tensordesc<fp32[128],{lsc!r}>", "as_ptr": "*fp32", "rs_ptr": "*fp32", "out_ptr": "*bf16"}
