@@ -951,7 +951,7 @@ def test_blockwise_full_shapes(proj, M, grouped):
 
 
 @pytest.mark.skipif(not SM90, reason="Gluon wgmma kernel: NVIDIA sm_90 only (the Triton predeq loop is its twin)")
-@pytest.mark.parametrize("name", ["wgmma", "wgmmam64", "wgmmaws", "wgmmawsnx"])
+@pytest.mark.parametrize("name", ["wgmma", "wgmmam64", "wgmmaws", "wgmmaws6"])
 @pytest.mark.parametrize("bits,elem,grouped,M,K", [(4, "e4m3", True, 19, 256), (4, "int8", True, 130, 768),
                                                   (5, "e4m3", False, 70, 512), (5, "int8", False, 200, 1024),
                                                   (4, "e4m3", False, 129, 1280), (4, "int8", False, 64, 256)])
@@ -973,7 +973,7 @@ def test_wgmma_configs(name, bits, elem, grouped, M, K):
 
 
 @pytest.mark.skipif(not SM90, reason="Gluon wgmma kernel: NVIDIA sm_90 only (the Triton predeq loop is its twin)")
-@pytest.mark.parametrize("name", ["wgmmaws", "wgmmawsnx"])
+@pytest.mark.parametrize("name", ["wgmmaws", "wgmmaws6"])
 @pytest.mark.parametrize("bits,elem,grouped,K", [(4, "int8", True, 256), (5, "e4m3", False, 1280),
                                                  (4, "e4m3", True, 768)])
 def test_wgmma_ws_walks_tiles(name, bits, elem, grouped, K):

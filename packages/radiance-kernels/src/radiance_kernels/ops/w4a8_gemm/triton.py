@@ -559,16 +559,13 @@ DECODE_DEFAULT = "nib8xpr"
 #: two groups' asynchronous wgmmas in flight while one folds; every width and activation element; sm_90 only, K a
 #: multiple of 256); "wgmmam64": 64x128 on 4 warps (two programs per SM; H200 calls 48-49: the faster at M = 128
 #: and 2048 on every shape, "wgmma" at M = 8192 on gate_up / down). A three-stage "wgmmas3" won no shape (dropped).
-#: "wgmmaws" (``ws``): the same tile and math, persistent and warp-specialised — a loader warp keeps a 4-stage ring
-#: full across tiles, two MMA warpgroups each fold their 64 rows and hand stages back by mbarrier, the next tile's first
-#: two MMAs started in the last two folds (``xtile``) so they run during the store
-#: (:func:`.wgmma._w4a8_wgmma_ws_kernel`; ``num_warps`` 4 = the default partition, one MMA warpgroup); "wgmmawsnx":
-#: without ``xtile``. H200 call 132 (GEMM alone, M = 2048, TF/s against the best of wgmma / wgmmam64, no xtile): e4m3
-#: per-token qkv 912 / 754, gate_up 835 / 721; int8 per-group 679 / 615, 674 / 595; a 6-stage ring the same (dropped).
+#: "wgmmaws" / "wgmmaws6" (``ws``): the same tile and math, persistent and warp-specialised — a loader warp keeps a
+#: 4- / 6-stage ring full across tiles, two MMA warpgroups each fold their 64 rows and hand stages back by mbarrier
+#: (:func:`.wgmma._w4a8_wgmma_ws_kernel`; ``num_warps`` 4 = the default partition, one MMA warpgroup).
 def _tiles(**knobs) -> dict:
     """A complete prefill config (``predeq`` always set, so a named config passed as an override never
     inherits the default's)."""
-    return dict(GROUP_M=8, predeq=False, blockwise=False, wgmma=False, ws=False, xtile=False) | knobs
+    return dict(GROUP_M=8, predeq=False, blockwise=False, wgmma=False, ws=False) | knobs
 
 
 PREFILL = {
@@ -585,8 +582,8 @@ PREFILL = {
     "blockwise": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=3, blockwise=True),
     "wgmma": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=4, predeq=True, wgmma=True),
     "wgmmam64": _tiles(BM=64, BN=128, KS=128, num_warps=4, num_stages=4, predeq=True, wgmma=True),
-    "wgmmaws": _tiles(BM=128, BN=128, KS=128, num_warps=4, num_stages=4, predeq=True, wgmma=True, ws=True, xtile=True),
-    "wgmmawsnx": _tiles(BM=128, BN=128, KS=128, num_warps=4, num_stages=4, predeq=True, wgmma=True, ws=True),
+    "wgmmaws": _tiles(BM=128, BN=128, KS=128, num_warps=4, num_stages=4, predeq=True, wgmma=True, ws=True),
+    "wgmmaws6": _tiles(BM=128, BN=128, KS=128, num_warps=4, num_stages=6, predeq=True, wgmma=True, ws=True),
 }
 PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), bit-identical output
 #: The prefill default where :mod:`.blockwise` runs (int4, e4m3, sm_90 with CUDA >= 12.9). H200 call 21 (int4 e4m3
@@ -598,8 +595,7 @@ BLOCKWISE_DEFAULT = "blockwise"
 #: group ZPE qkv 577 / 422, gate_up 597 / 443; int5 e4m3 group (call 48) qkv 519 / 409 (docs/PERFORMANCE.md).
 WGMMA_DEFAULT = "wgmmam64"
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
-         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma", "ring", "ws",
-         "xtile"}
+         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma", "ring", "ws"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -639,7 +635,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", rw=None, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
                 apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False, wgmma=False, ring=0,
-                ws=False, xtile=False)
+                ws=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -687,9 +683,6 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError("w4a8_gemm config: ws (warp-specialised) is a form of the wgmma kernel with BM = 128 and "
                          f"num_warps = 4 (one MMA warpgroup per partition), got wgmma={cfg['wgmma']}, BM={cfg['BM']}, "
                          f"num_warps={cfg['num_warps']}")
-    if cfg["xtile"] and not cfg["ws"]:
-        raise ValueError("w4a8_gemm config: xtile (the next tile's MMAs started in this tile's last folds) is a knob "
-                         "of the ws kernel")
     if cfg["predeq"] and (band == "decode" or cfg["dot16"] or cfg["nib8"]):
         raise ValueError("w4a8_gemm config: predeq runs the prefill band's 8-bit dot loop (no decode, dot16, nib8)")
     if band == "decode" and not (cfg["gemv"] or cfg["mma2"]):  # BM x BN <= 4096: BM=64 x 128 spills ~800 B (ptxas)

@@ -283,13 +283,10 @@ def _ws_load(ring, descs, dims, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.
 
 
 @gluon.jit
-def _ws_tile(t_a, t_b, tile, c, ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr,
-             BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr,
-             STAGES: gl.constexpr, XTILE: gl.constexpr, NEXT: gl.constexpr):
-    """One MMA warpgroup's rows ``h BM/2 ..`` of ``tile`` (its first group the program's c-th): two groups' MMAs in
-    flight while one folds (as :func:`_w4a8_wgmma_kernel`), then the half tile stored. XTILE: its first two MMAs
-    were started before (``t_a``, ``t_b``), and (NEXT) it starts the next tile's in its last two folds, so they
-    run during the store; returns the two MMAs in flight (or drained)."""
+def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr,
+            BN: gl.constexpr, GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr, STAGES: gl.constexpr):
+    """One MMA warpgroup: rows ``h BM/2 ..`` of every tile of this program, two groups' MMAs in flight while one
+    folds (as :func:`_w4a8_wgmma_kernel`), then its half tile stored."""
     as_ptr, rs_ptr, out_ptr = ptrs
     M, N, K, b1, b2, stride_om = dims
     BMW: gl.constexpr = BM // 2
@@ -297,80 +294,57 @@ def _ws_tile(t_a, t_b, tile, c, ring, ptrs, dims, h: gl.constexpr, INT8: gl.cons
                                                   instr_shape=[16, _instr_n(BN, INT8), 32])
     ROW: gl.constexpr = gl.SliceLayout(1, MMA)
     COL: gl.constexpr = gl.SliceLayout(0, MMA)
+    a_s, w_s = ring[0], ring[1]
+    ready = ring[4]
     G = K // BK
-    off_m, off_n, part = _tile(tile, M, N, b1, b2, BM, BN, GROUP_M)
-    offs_m = off_m + h * BMW + gl.arange(0, BMW, layout=ROW)
-    offs_n = off_n + gl.arange(0, BN, layout=COL)
-    mask_m = offs_m < M
-    rows_pm = (part * M + offs_m).to(gl.int64)
-    rs_rows = rs_ptr + rows_pm * G
-    if GROUP_AS:
-        as_rows = as_ptr + rows_pm * G
-    else:
-        as_rows = as_ptr + rows_pm
-    rows_in = (rs_rows, as_rows, mask_m)
-    acc = gl.zeros([BMW, BN], gl.float32, MMA)
-    if not XTILE:
-        t_a = _ws_issue(ring[0], ring[1], ring[4], c, h, t_a, STAGES)
-        t_b = _ws_issue(ring[0], ring[1], ring[4], c + 1, h, t_b, STAGES)
-    f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS, ZFOLD)
-    for g in range(0, G - 2, 2):
-        acc, t_a, f = _ws_step(acc, t_a, f, c, g, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, True)
-        acc, t_b, f = _ws_step(acc, t_b, f, c, g + 1, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, True)
-    ISSUE: gl.constexpr = XTILE and NEXT
-    acc, t_a, f = _ws_step(acc, t_a, f, c, G - 2, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, ISSUE)
-    acc, t_b, f = _ws_step(acc, t_b, f, c, G - 1, G, 1 if ISSUE else 0, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES,
-                           ZFOLD, ISSUE)
-    if not GROUP_AS:
-        acc *= gl.load(as_rows, mask=mask_m, other=0.0)[:, None]
-    out = out_ptr + offs_m.to(gl.int64)[:, None] * stride_om + offs_n[None, :]
-    gl.store(out, acc.to(gl.bfloat16), mask=mask_m[:, None] & (offs_n < N)[None, :])
-    return t_a, t_b
-
-
-@gluon.jit
-def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr,
-            BN: gl.constexpr, GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr, STAGES: gl.constexpr,
-            XTILE: gl.constexpr):
-    """One MMA warpgroup over this program's tiles (``pid``, ``pid + programs``, ...; the grid is at most the tile
-    count, so each program has one at least); XTILE: each tile's first two MMAs started by the tile before (the
-    program's first two here), the last tile draining."""
-    M, N, K = dims[0], dims[1], dims[2]
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                  instr_shape=[16, _instr_n(BN, INT8), 32])
-    G = K // BK
-    pid = gl.program_id(0)
-    step = gl.num_programs(0)
-    mine = gl.cdiv(gl.cdiv(M, BM) * gl.cdiv(N, BN) - pid, step)
-    t_a = gl.zeros([BM // 2, BN], gl.int32 if INT8 else gl.float32, MMA)
-    t_b = t_a
-    if XTILE:
-        t_a = _ws_issue(ring[0], ring[1], ring[4], 0, h, t_a, STAGES)
-        t_b = _ws_issue(ring[0], ring[1], ring[4], 1, h, t_b, STAGES)
-    for i in range(mine - 1):
-        t_a, t_b = _ws_tile(t_a, t_b, pid + i * step, i * G, ring, ptrs, dims, h, INT8, GROUP_AS, BM, BN, GROUP_M, BK,
-                            ZFOLD, STAGES, XTILE, True)
-    _ws_tile(t_a, t_b, pid + (mine - 1) * step, (mine - 1) * G, ring, ptrs, dims, h, INT8, GROUP_AS, BM, BN, GROUP_M,
-             BK, ZFOLD, STAGES, XTILE, False)
+    zero = gl.zeros([BMW, BN], gl.int32 if INT8 else gl.float32, MMA)
+    c = 0
+    for tile in range(gl.program_id(0), gl.cdiv(M, BM) * gl.cdiv(N, BN), gl.num_programs(0)):
+        off_m, off_n, part = _tile(tile, M, N, b1, b2, BM, BN, GROUP_M)
+        offs_m = off_m + h * BMW + gl.arange(0, BMW, layout=ROW)
+        offs_n = off_n + gl.arange(0, BN, layout=COL)
+        mask_m = offs_m < M
+        rows_pm = (part * M + offs_m).to(gl.int64)
+        rs_rows = rs_ptr + rows_pm * G
+        if GROUP_AS:
+            as_rows = as_ptr + rows_pm * G
+        else:
+            as_rows = as_ptr + rows_pm
+        rows_in = (rs_rows, as_rows, mask_m)
+        acc = gl.zeros([BMW, BN], gl.float32, MMA)
+        t_a = _ws_issue(a_s, w_s, ready, c, h, zero, STAGES)
+        t_b = _ws_issue(a_s, w_s, ready, c + 1, h, zero, STAGES)
+        f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS, ZFOLD)
+        for g in range(0, G - 2, 2):
+            acc, t_a, f = _ws_step(acc, t_a, f, c, g, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, True)
+            acc, t_b, f = _ws_step(acc, t_b, f, c, g + 1, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
+                                   True)
+        acc, t_a, f = _ws_step(acc, t_a, f, c, G - 2, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, False)
+        acc, t_b, f = _ws_step(acc, t_b, f, c, G - 1, G, 0, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, False)
+        c += G
+        if not GROUP_AS:
+            acc *= gl.load(as_rows, mask=mask_m, other=0.0)[:, None]
+        out = out_ptr + offs_m.to(gl.int64)[:, None] * stride_om + offs_n[None, :]
+        gl.store(out, acc.to(gl.bfloat16), mask=mask_m[:, None] & (offs_n < N)[None, :])
 
 
 @gluon.jit
 def _ws_partition(ring, descs, ptrs, dims, ROLE: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr,
                   BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr,
-                  STAGES: gl.constexpr, XTILE: gl.constexpr):
+                  STAGES: gl.constexpr):
     """Role 0 / 1: the MMA warpgroup of the tile's first / second row half; 2: the loader warp (one signature for
     every partition)."""
     if ROLE == 2:
         _ws_load(ring, descs, dims, BM, BN, GROUP_M, BK, ZFOLD, STAGES)
     else:
-        _ws_mma(ring, ptrs, dims, ROLE, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES, XTILE)
+        _ws_mma(ring, ptrs, dims, ROLE, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES)
 
 
 @gluon.jit
 def _w4a8_wgmma_ws_kernel(
     a_desc, w_desc, sc_desc, as_ptr, rs_ptr, out_ptr, M, N, K, b1, b2, stride_om,
     INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-    GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr, MMA_REGS: gl.constexpr, XTILE: gl.constexpr,
+    GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr, MMA_REGS: gl.constexpr,
 ):
     """The ``ws`` form of :func:`_w4a8_wgmma_kernel`: persistent (a program per SM walks the tiles in grouped order)
     and warp-specialised — a loader warp keeps the ``STAGES``-deep ring full across tile boundaries, and each of two
@@ -394,12 +368,9 @@ def _w4a8_wgmma_ws_kernel(
     ptrs = (as_ptr, rs_ptr, out_ptr)
     dims = (M, N, K, b1, b2, stride_om)
     gl.warp_specialize([
-        (_ws_partition, (ring, descs, ptrs, dims, 0, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES,
-                         XTILE)),
-        (_ws_partition, (ring, descs, ptrs, dims, 1, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES,
-                         XTILE)),
-        (_ws_partition, (ring, descs, ptrs, dims, 2, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES,
-                         XTILE)),
+        (_ws_partition, (ring, descs, ptrs, dims, 0, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES)),
+        (_ws_partition, (ring, descs, ptrs, dims, 1, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES)),
+        (_ws_partition, (ring, descs, ptrs, dims, 2, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES)),
     ], [4, 1], [MMA_REGS, 24])
 
 
@@ -452,7 +423,7 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
                  GROUP_M=cfg["GROUP_M"], BK=GROUP, ZFOLD=zfold, num_warps=cfg["num_warps"])
     if ws:  # a program per SM; 12 warps at launch (the loader's warpgroup), registers moved to the MMA warpgroups
         grid = (min(tiles, torch.cuda.get_device_properties(A.device).multi_processor_count),)
-        _w4a8_wgmma_ws_kernel[grid](*args, **knobs, MMA_REGS=WS_MMA_REGS, XTILE=cfg["xtile"], maxnreg=WS_LAUNCH_REGS)
+        _w4a8_wgmma_ws_kernel[grid](*args, **knobs, MMA_REGS=WS_MMA_REGS, maxnreg=WS_LAUNCH_REGS)
     else:
         _w4a8_wgmma_kernel[(tiles,)](*args, **knobs)
     return out
