@@ -34,7 +34,7 @@ FOLD = wgmma._fold
 #: (label, named config, config overrides); session 7's call 47 also timed a "late refill" variant (the operand
 #: tiles refilled after the fold: 5-7 % slower on wgmma, mixed on wgmmam64; the knob is gone, see git log of
 #: results/h200/2026-11-30-call47)
-VARIANTS = tuple((f"{name}{v}", name, {}) for name in ("wgmma", "wgmmam64", "wgmmaws", "wgmmaws6")
+VARIANTS = tuple((f"{name}{v}", name, {}) for name in ("wgmma", "wgmmam64", "wgmmaws")
                  for v in ("", " nofold"))
 #: (proj, N, K, M): session 7's two shapes at M = 2048; session 21 added gate_up at M = 8192 and the ws configs
 SHAPES = (("attn.qkv", 14336, 5120, 2048), ("mlp.gate_up", 34816, 5120, 2048), ("mlp.gate_up", 34816, 5120, 8192))

@@ -38,7 +38,7 @@ PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
 #: (act label, element, granularity, zpe); ``kernelbench.tune`` keys its table by the element
 PREFILL_ACTS = (("e4m3 group", "e4m3", "group", False), ("int8 group ZPE", "int8", "group", True))
 #: the configs also timed with int5 weights (before and after predeq, and the Gluon Hopper kernel)
-PREFILL_INT5 = ("k64", w4.PREFILL_DEFAULT, "wgmma", "wgmmam64", "wgmmaws", "wgmmaws6")
+PREFILL_INT5 = ("k64", w4.PREFILL_DEFAULT, "wgmma", "wgmmam64", "wgmmaws")
 
 
 def rel(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -559,9 +559,12 @@ DECODE_DEFAULT = "nib8xpr"
 #: two groups' asynchronous wgmmas in flight while one folds; every width and activation element; sm_90 only, K a
 #: multiple of 256); "wgmmam64": 64x128 on 4 warps (two programs per SM; H200 calls 48-49: the faster at M = 128
 #: and 2048 on every shape, "wgmma" at M = 8192 on gate_up / down). A three-stage "wgmmas3" won no shape (dropped).
-#: "wgmmaws" / "wgmmaws6" (``ws``): the same tile and math, persistent and warp-specialised — a loader warp keeps a
-#: 4- / 6-stage ring full across tiles, two MMA warpgroups each fold their 64 rows and hand stages back by mbarrier
-#: (:func:`.wgmma._w4a8_wgmma_ws_kernel`; ``num_warps`` 4 = the default partition, one MMA warpgroup).
+#: "wgmmaws" (``ws``): the same tile and math, persistent and warp-specialised — a loader warp keeps a 4-stage ring
+#: full across tiles, two MMA warpgroups each fold their 64 rows and hand stages back by mbarrier
+#: (:func:`.wgmma._w4a8_wgmma_ws_kernel`; ``num_warps`` 4 = the default partition, one MMA warpgroup). H200 call 132
+#: (GEMM alone, M = 2048, TF/s against the best of wgmma / wgmmam64): e4m3 per-token qkv 912 / 754, gate_up 835 / 721;
+#: int8 per-group 679 / 615, 674 / 595. A 6-stage ring measured the same (dropped); the next tile's first MMAs started
+#: in this tile's last folds (call 133) spilled the in-flight sums and ran 2-3x slower (reverted).
 def _tiles(**knobs) -> dict:
     """A complete prefill config (``predeq`` always set, so a named config passed as an override never
     inherits the default's)."""
@@ -583,7 +586,6 @@ PREFILL = {
     "wgmma": _tiles(BM=128, BN=128, KS=128, num_warps=8, num_stages=4, predeq=True, wgmma=True),
     "wgmmam64": _tiles(BM=64, BN=128, KS=128, num_warps=4, num_stages=4, predeq=True, wgmma=True),
     "wgmmaws": _tiles(BM=128, BN=128, KS=128, num_warps=4, num_stages=4, predeq=True, wgmma=True, ws=True),
-    "wgmmaws6": _tiles(BM=128, BN=128, KS=128, num_warps=4, num_stages=6, predeq=True, wgmma=True, ws=True),
 }
 PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), bit-identical output
 #: The prefill default where :mod:`.blockwise` runs (int4, e4m3, sm_90 with CUDA >= 12.9). H200 call 21 (int4 e4m3
