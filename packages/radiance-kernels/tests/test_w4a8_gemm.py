@@ -993,6 +993,23 @@ def test_wgmma_ws_walks_tiles(bits, elem, grouped, K):
     assert torch.all(out[M:] == 5.0)
 
 
+def test_prefill_default_by_element_and_rows(monkeypatch):
+    """Where the library path does not run and the Gluon kernel does: int8 activations above ``WS_MIN_M`` rows take
+    the warp-specialised form, fewer rows and int5 e4m3 the 64-row tiles (H200 calls 53, 136)."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+    from radiance_kernels.ops.w4a8_gemm import wgmma
+
+    monkeypatch.setattr(impl.blockwise, "unsupported", lambda *a: "not here")
+    monkeypatch.setattr(impl, "triton_interpreted", lambda: False)
+    monkeypatch.setattr(wgmma, "unsupported", lambda *a: None)
+    assert impl.prefill_default("cuda", 4, True, 5120, impl.WS_MIN_M + 1) == "wgmmaws"
+    assert impl.prefill_default("cuda", 5, True, 5120, 8192) == "wgmmaws"
+    assert impl.prefill_default("cuda", 4, True, 5120, impl.WS_MIN_M) == "wgmmam64"
+    assert impl.prefill_default("cuda", 5, False, 5120, 8192) == "wgmmam64"
+    monkeypatch.setattr(wgmma, "unsupported", lambda *a: "no wgmma")
+    assert impl.prefill_default("cuda", 5, True, 5120, 8192) == impl.PREFILL_DEFAULT
+
+
 def test_wgmma_refuses_narrow_column_blocks():
     """Partition bounds that leave column blocks under 32 wide would put the stages' scale tiles off TMA's 128-byte
     shared alignment (a fault on the H200, call 130): the wgmma kernels refuse them by name."""
