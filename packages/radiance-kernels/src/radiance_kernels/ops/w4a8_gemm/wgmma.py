@@ -83,6 +83,43 @@ def _row_loads(rs_rows, as_rows, mask_m, g, GROUP_AS: gl.constexpr, ZFOLD: gl.co
 
 
 @gluon.jit
+def _row_inputs(rs_ptr, as_ptr, offs_m, part, M, G, GROUP_AS: gl.constexpr):
+    """The tile rows' pointers to their row sums and activation scales (partition ``part``'s rows) and their mask."""
+    mask_m = offs_m < M
+    rows = (part * M + offs_m).to(gl.int64)
+    if GROUP_AS:
+        as_rows = as_ptr + rows * G
+    else:
+        as_rows = as_ptr + rows
+    return rs_ptr + rows * G, as_rows, mask_m
+
+
+@gluon.jit
+def _store(acc, rows_in, offs_m, offs_n, N, out_ptr, stride_om, GROUP_AS: gl.constexpr):
+    """The tile's bf16 output (per-token activation scales applied here); rows past M, columns past N untouched."""
+    rs_rows, as_rows, mask_m = rows_in
+    if not GROUP_AS:
+        acc *= gl.load(as_rows, mask=mask_m, other=0.0)[:, None]
+    out = out_ptr + offs_m.to(gl.int64)[:, None] * stride_om + offs_n[None, :]
+    gl.store(out, acc.to(gl.bfloat16), mask=mask_m[:, None] & (offs_n < N)[None, :])
+
+
+@gluon.jit
+def _weight_ring(w_desc, sc_desc, STAGES: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, COUNT: gl.constexpr):
+    """The stages' weight tiles, their column-factor rows (``s``, ``s d``) and two barriers per stage (the second
+    counting COUNT arrivals)."""
+    w_s = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
+    s_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
+    sd_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    bars2 = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+        mbarrier.init(bars2.index(i), count=COUNT)
+    return w_s, s_s, sd_s, bars, bars2
+
+
+@gluon.jit
 def _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g, off_n, N, pred, ZFOLD: gl.constexpr):
     """TMA group g's column factors (rows 2g, 2g + 1 of ``sc``, flat; ZFOLD: row 2g only) into stage ``st`` of their
     own ring."""
@@ -173,28 +210,14 @@ def _w4a8_wgmma_kernel(
     a_row = part * M + off_m
 
     a_s = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, BK], a_desc.layout)
-    w_s = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
-    s_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
-    sd_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    sbars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(bars.index(i), count=1)
-        mbarrier.init(sbars.index(i), count=1)
+    w_s, s_s, sd_s, bars, sbars = _weight_ring(w_desc, sc_desc, STAGES, BN, BK, 1)
     for i in gl.static_range(STAGES):  # group i in stage i
         _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, i, i, a_row, off_n, BK, i < G)
         _scales_to_shared(sc_desc, s_s, sd_s, sbars, i, i, off_n, N, i < G, ZFOLD)
 
     offs_m = off_m + gl.arange(0, BM, layout=ROW)
     offs_n = off_n + gl.arange(0, BN, layout=COL)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
-    rows_pm = (part * M + offs_m).to(gl.int64)
-    rs_rows = rs_ptr + rows_pm * G
-    if GROUP_AS:
-        as_rows = as_ptr + rows_pm * G
-    else:
-        as_rows = as_ptr + rows_pm
+    rs_rows, as_rows, mask_m = _row_inputs(rs_ptr, as_ptr, offs_m, part, M, G, GROUP_AS)
     zero = gl.zeros([BM, BN], gl.int32 if INT8 else gl.float32, MMA)
     acc = gl.zeros([BM, BN], gl.float32, MMA)
 
@@ -216,10 +239,7 @@ def _w4a8_wgmma_kernel(
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
         mbarrier.invalidate(sbars.index(i))
-    if not GROUP_AS:
-        acc *= gl.load(as_rows, mask=mask_m, other=0.0)[:, None]
-    out = out_ptr + offs_m.to(gl.int64)[:, None] * stride_om + offs_n[None, :]
-    gl.store(out, acc.to(gl.bfloat16), mask=mask_m[:, None] & mask_n[None, :])
+    _store(acc, (rs_rows, as_rows, mask_m), offs_m, offs_n, N, out_ptr, stride_om, GROUP_AS)
 
 
 @gluon.jit
@@ -303,14 +323,8 @@ def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.
         off_m, off_n, part = _tile(tile, M, N, b1, b2, BM, BN, GROUP_M)
         offs_m = off_m + h * BMW + gl.arange(0, BMW, layout=ROW)
         offs_n = off_n + gl.arange(0, BN, layout=COL)
-        mask_m = offs_m < M
-        rows_pm = (part * M + offs_m).to(gl.int64)
-        rs_rows = rs_ptr + rows_pm * G
-        if GROUP_AS:
-            as_rows = as_ptr + rows_pm * G
-        else:
-            as_rows = as_ptr + rows_pm
-        rows_in = (rs_rows, as_rows, mask_m)
+        rows_in = _row_inputs(rs_ptr, as_ptr, offs_m, part, M, G, GROUP_AS)
+        rs_rows, as_rows, mask_m = rows_in
         acc = gl.zeros([BMW, BN], gl.float32, MMA)
         t_a = _ws_issue(a_s, w_s, ready, c, h, zero, STAGES)
         t_b = _ws_issue(a_s, w_s, ready, c + 1, h, zero, STAGES)
@@ -322,10 +336,7 @@ def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.
         acc, t_a, f = _ws_step(acc, t_a, f, c, G - 2, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, False)
         acc, t_b, f = _ws_step(acc, t_b, f, c, G - 1, G, 0, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, False)
         c += G
-        if not GROUP_AS:
-            acc *= gl.load(as_rows, mask=mask_m, other=0.0)[:, None]
-        out = out_ptr + offs_m.to(gl.int64)[:, None] * stride_om + offs_n[None, :]
-        gl.store(out, acc.to(gl.bfloat16), mask=mask_m[:, None] & (offs_n < N)[None, :])
+        _store(acc, rows_in, offs_m, offs_n, N, out_ptr, stride_om, GROUP_AS)
 
 
 @gluon.jit
@@ -355,14 +366,7 @@ def _w4a8_wgmma_ws_kernel(
     gl.static_assert(BM == 128, "two 64-row MMA warpgroups")
     gl.static_assert(STAGES >= 3, "groups g, g + 1 in flight and g + 2 loaded")
     a_s = gl.allocate_shared_memory(a_desc.dtype, [2 * STAGES, BM // 2, BK], a_desc.layout)
-    w_s = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
-    s_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
-    sd_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
+    w_s, s_s, sd_s, ready, empty = _weight_ring(w_desc, sc_desc, STAGES, BN, BK, 2)  # empty: both warpgroups arrive
     ring = (a_s, w_s, s_s, sd_s, ready, empty)
     descs = (a_desc, w_desc, sc_desc)
     ptrs = (as_ptr, rs_ptr, out_ptr)
