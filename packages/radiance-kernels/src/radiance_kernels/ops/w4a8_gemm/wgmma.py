@@ -21,7 +21,11 @@ fp32 by the exponent trick (``|t| < 2^22``: an integer add and a float subtract,
 grouped launch order; each N-block reads its partition's activation rows (``n0 >= b1``, ``n0 >= b2``); rows past M
 of a partition read the next partition's (or TMA's zeros): only their own output rows, which are not stored.
 
-NVIDIA Hopper only; the portable twin is the Triton ``predeq`` loop (:mod:`.triton`), same operand and math.
+Two forms of one pipeline: :func:`_w4a8_wgmma_kernel` (a program per tile, every warp loading and folding, CTA
+barriers around each refill; configs ``wgmma`` / ``wgmmam64``) and :func:`_w4a8_wgmma_ws_kernel` (``ws``: a program
+per SM walking its tiles, a loader warp, two 64-row MMA warpgroups handing stages back by mbarrier arrivals; config
+``wgmmaws``). NVIDIA Hopper only; the portable twin is the Triton ``predeq`` loop (:mod:`.triton`), same operand and
+math.
 """
 
 from __future__ import annotations
