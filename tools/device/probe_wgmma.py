@@ -16,6 +16,7 @@ from functools import partial
 
 import torch
 from triton.experimental import gluon
+from triton.runtime.jit import JITFunction
 
 from radiance_bench.kernelbench.timing import graph_time
 from radiance_kernels.ops.w4a8_gemm import triton as impl
@@ -41,13 +42,13 @@ SHAPES = (("attn.qkv", 14336, 5120, 2048), ("mlp.gate_up", 34816, 5120, 2048), (
 
 
 def _use_fold(fold) -> None:
-    """Compile the kernel with ``fold`` as its ``_fold`` (the jit hashes and in-memory caches reset)."""
+    """Compile the kernels with ``fold`` as their ``_fold``: every jit function of the module re-hashed and its
+    compiled kernels dropped (a function left out keeps the old fold's hash: call 133's void nofold rows)."""
     wgmma._fold = fold
-    kernels = (wgmma._w4a8_wgmma_kernel, wgmma._w4a8_wgmma_ws_kernel)
-    for fn in kernels + (wgmma._step, wgmma._ws_step, wgmma._ws_mma, wgmma._ws_partition):
-        fn.hash = None
-    for fn in kernels:
-        fn.device_caches.clear()
+    for fn in vars(wgmma).values():
+        if isinstance(fn, JITFunction):
+            fn.hash = None
+            fn.device_caches.clear()
 
 
 def main(path: str) -> None:

@@ -25,11 +25,12 @@ The math is :mod:`.reference`'s operation for operation, as the Triton kernel's 
 :func:`quant_store` are shared), so both are byte-identical to the reference. ``PASS``: 0 per-group (scale, codes and
 row sums of each group), 1 per-token amaxes (each (row, group)'s amax of the rotated group into ``amax [P, M, G]``),
 2 per-token codes (the row's scale from its ``G`` amaxes folded in group order, then the group rotated again and
-encoded — twice the rotation, no fp32 scratch round trip). What bounds it, inferred from calls 125 and 128 (not yet
-profiled on gl128w16c): the shared pipe — each layer's exchange a store and a load of every element, ~80 us per
-partition at M = 8192, K = 5120 — with one CTA of 16 warps per SM (118 registers) whose shared phases and arithmetic
-serialise: L1 / shared 64 % busy, an instruction every 2.4 cycles per scheduler. Not the table loads' latency (a layer
-ahead: no gain; in L1: 1-5 %, calls 128-129) nor a second CTA per SM at 128 registers (even, calls 126 and 128).
+encoded — twice the rotation, no fp32 scratch round trip). What bounds it (call 134, ncu on gl128w16c at M = 8192):
+latency — one CTA of 16 warps per SM (118 registers), 4 warps per scheduler through each layer's CTA barrier; the
+shared pipe that carries the exchanges (a store and a load of every element per layer) is 42 % busy, L1 60 %. Its
+shared traffic alone is ~101 us per partition at M = 8192, K = 5120. Not the table loads' latency (a layer ahead: no
+gain; in L1: 1-5 %, calls 128-129) nor two 8-warp CTAs per SM at 128 registers (the same 16 warps; even, calls 126
+and 128).
 
 NVIDIA-only where it has been measured (Gluon's ``BlockedLayout``); the portable twin is the Triton kernel, the same
 math. Not runnable under the interpreter: tested on GPUs against the reference, compiled for sm_90 on the CPU.
