@@ -5,7 +5,9 @@ Times the kernel alone (its per-call operands — the 8-bit weight copy and the 
 the timing) at M = 2048 on the qkv and gate_up shapes (gate_up also at 8192), e4m3 per-token and int8 per-group
 activations, for every wgmma config (the warp-specialised ``ws`` ones too) and ``nofold`` (each group's sums added
 to the accumulator unscaled — its ``_fold`` helper swapped for a trivial one before compiling: the MMA / TMA
-pipeline alone). In the same run: the library's per-tensor fp8 GEMM on the same M, N, K (the prefill bar's ceiling)
+pipeline alone) and, for int8 rows, ``s21fold`` (session 21's four-operation int8 fold: the exponent trick's offset
+subtracted, then the row x column scale product and the FMA — session 22's fold takes the offset inside the FMA that
+scales the sums). In the same run: the library's per-tensor fp8 GEMM on the same M, N, K (the prefill bar's ceiling)
 and its 1x128 block-scaled GEMM on the same 8-bit operand. ``python tools/device/probe_wgmma.py OUT.json`` (GPU,
 PYTHONPATH as h200_run.sh sets it)."""
 
@@ -31,12 +33,25 @@ def _fold_nofold(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
     return acc + t
 
 
+@gluon.jit
+def _fold_s21(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
+    t = (t + 0x4B400000).to(wgmma.gl.float32, bitcast=True) - 12582912.0
+    s = s_sh.load(COL)
+    rs, ag = rows
+    if GROUP_AS:
+        acc += (ag[:, None] * s[None, :]) * t
+    else:
+        acc += s[None, :] * t
+    return acc
+
+
 FOLD = wgmma._fold
+ABLATED = {"nofold": _fold_nofold, "s21fold": _fold_s21}
 #: (label, named config, config overrides); session 7's call 47 also timed a "late refill" variant (the operand
 #: tiles refilled after the fold: 5-7 % slower on wgmma, mixed on wgmmam64; the knob is gone, see git log of
 #: results/h200/2026-11-30-call47)
 VARIANTS = tuple((f"{name}{v}", name, {}) for name in ("wgmma", "wgmmam64", "wgmmaws")
-                 for v in ("", " nofold"))
+                 for v in ("", " nofold", " s21fold"))
 #: (proj, N, K, M): session 7's two shapes at M = 2048; session 21 added gate_up at M = 8192 and the ws configs
 SHAPES = (("attn.qkv", 14336, 5120, 2048), ("mlp.gate_up", 34816, 5120, 2048), ("mlp.gate_up", 34816, 5120, 8192))
 
@@ -70,8 +85,10 @@ def main(path: str) -> None:
             w8, sc = impl.unpack_w8(w, int8, zfold=zfold, scales=True)
             o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
             for variant, base, over in VARIANTS:
+                if variant.endswith("s21fold") and not int8:  # the e4m3 fold is unchanged
+                    continue
                 cfg = impl.config(M, N, K, "prefill", False, {**impl.PREFILL[base], **over})
-                _use_fold(_fold_nofold if variant.endswith("nofold") else FOLD)
+                _use_fold(ABLATED.get(variant.rpartition(" ")[2], FOLD))
                 fn = partial(wgmma.gemm, A, AS, RS, w8, sc, [0, N], o, cfg, zfold)
                 fn()
                 torch.cuda.synchronize()

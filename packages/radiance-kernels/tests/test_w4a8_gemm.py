@@ -595,15 +595,22 @@ def test_unpack_w8_bit_exact(bits, int8, device):
 @pytest.mark.parametrize("bits,int8", [(4, False), (4, True), (5, True)])
 def test_unpack_w8_zfold_bit_exact(bits, int8, device):
     """The operand with the zero folded in, ``w8 = q - z``, where it is exact: e4m3 for int4 (blockwise's and the
-    wgmma kernel's), int8 for both widths (the wgmma kernel's); zero-point extremes."""
+    wgmma kernel's), int8 for both widths (the wgmma kernel's); zero-point extremes. With int8 the column factors'
+    second row is the exponent trick's offset times the scale, ``-1.5 * 2^23 * s``, exact (the fold's FMA
+    subtracts it: s is fp16, so the product needs 12 of fp32's 24 bits)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     codes, zeros, scales = weights(256, 96, bits, zkind="extremes", device=device)
     w = prepare_codes(codes, zeros, scales, bits)
-    q, z, _ = unprepare(w)
+    q, z, s = unprepare(w)
     c = q - z.repeat_interleave(128, 0)
     want = c.to(torch.int8) if int8 else e4m3.encode(c.double())
-    assert torch.equal(impl.unpack_w8(w, int8, zfold=True).cpu(), want.T.cpu())
+    got, sc = impl.unpack_w8(w, int8, zfold=True, scales=True)
+    assert torch.equal(got.cpu(), want.T.cpu())
+    assert torch.equal(impl.unpack_w8(w, int8, zfold=True).cpu(), got.cpu())
+    second = -1.5 * 2**23 * s.double() if int8 else s.double() * (z - (1 << (bits - 1))).double()
+    want_sc = torch.stack([s.double(), second], 1).view(-1, 96)
+    assert torch.equal(sc.double().cpu(), want_sc.cpu())  # exact: fp32 holds each factor without rounding
 
 
 def emulated_scaled_mm(a, b, scale_a, scale_b, out_dtype, out=None):

@@ -4,9 +4,9 @@
 Operands: the call's 8-bit weight copy ``w8 [N, K]`` (:func:`.triton.unpack_w8`: ``c = q - 2^(b-1)``, int8 or e4m3,
 exact) and the activation codes ``A [P, M, K]``, both K-contiguous, brought by TMA into a ``STAGES``-deep ring of
 shared-memory tiles ``[BM, 128]`` / ``[BN, 128]`` (one 128-group per stage); the same launch of the unpack writes
-the fold's column factors ``sc`` (``s``, ``s d`` per group), which ride a second ring of ``[BN]`` tiles. Per group
-``g`` one asynchronous ``warpgroup_mma`` from shared memory gives the exact group sum (int32 for int8, fp32 for e4m3
-— per-group promotion, as the library's block-scaled GEMM)::
+the fold's column factors ``sc`` (``s``, ``s d`` per group; int8: ``s``, ``-1.5 * 2^23 * s``), which ride a second
+ring of ``[BN]`` tiles. Per group ``g`` one asynchronous ``warpgroup_mma`` from shared memory gives the exact group
+sum (int32 for int8, fp32 for e4m3 — per-group promotion, as the library's block-scaled GEMM)::
 
     t[m, n] = sum_{k in g} a[m, k] * c[k, n]
     acc[m, n] += as(m, g) * (s[g, n] * t - s[g, n] * d[g, n] * RS[m, g])      (d = z - 2^(b-1): sz's high half)
@@ -17,7 +17,8 @@ in and the row-sum term drops out (one FMA less per element and group). Two grou
 MMAs are in flight while a third folds (registers: two ``[BM, BN]`` group sums and the accumulator, 64 each per
 thread at 128 x 128 — the register file is what caps the tile); the folded group's operand stage is refilled
 before its fold (which reads only its scales), and each group's row inputs are loaded a group ahead. int8 sums reach
-fp32 by the exponent trick (``|t| < 2^22``: an integer add and a float subtract, no quarter-rate convert). Tiles in
+fp32 by the exponent trick (``|t| < 2^22``: an integer add, no quarter-rate convert), the offset taken out inside
+the FMA that scales them (:func:`_fold`: three operations per element and group). Tiles in
 grouped launch order; each N-block reads its partition's activation rows (``n0 >= b1``, ``n0 >= b2``); rows past M
 of a partition read the next partition's (or TMA's zeros): only their own output rows, which are not stored.
 
@@ -58,6 +59,13 @@ _MAGIC = gl.constexpr(0x4B400000)  # fp32 1.5 * 2^23: (t + _MAGIC) as fp32 is 1.
 def _instr_n(BN, INT8):
     """The wgmma instruction's N: the tile's N, at most 128 for 8-bit integers (their N set stops at 224)."""
     return min(BN, 128) if INT8 else BN
+
+
+@gluon.constexpr_function
+def _factor_rows(INT8, ZFOLD):
+    """How many of a group's column-factor rows the fold reads: ``s`` and ``s d`` (int8: ``-1.5 * 2^23 * s``); e4m3
+    with the zero folded in, ``s`` alone."""
+    return 2 if INT8 or not ZFOLD else 1
 
 
 @gluon.jit
@@ -124,12 +132,12 @@ def _weight_ring(w_desc, sc_desc, STAGES: gl.constexpr, BN: gl.constexpr, BK: gl
 
 
 @gluon.jit
-def _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g, off_n, N, pred, ZFOLD: gl.constexpr):
-    """TMA group g's column factors (rows 2g, 2g + 1 of ``sc``, flat; ZFOLD: row 2g only) into stage ``st`` of their
+def _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g, off_n, N, pred, ROWS: gl.constexpr):
+    """TMA group g's column factors (rows 2g, 2g + 1 of ``sc``, flat; ROWS 1: row 2g only) into stage ``st`` of their
     own ring."""
-    mbarrier.expect(sbars.index(st), (1 if ZFOLD else 2) * sc_desc.block_type.nbytes, pred=pred)
+    mbarrier.expect(sbars.index(st), ROWS * sc_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(sc_desc, [2 * g * N + off_n], sbars.index(st), s_s.index(st), pred=pred)
-    if not ZFOLD:
+    if ROWS == 2:
         tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], sbars.index(st), sd_s.index(st),
                                         pred=pred)
 
@@ -145,23 +153,34 @@ def _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, st, g, a_row, off_n, BK:
 @gluon.jit
 def _fold(acc, t, s_sh, sd_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr,
           ZFOLD: gl.constexpr):
-    """``acc + as * (s t - s d RS)`` for one group's sums ``t`` (int32 sums to fp32 by the exponent trick), its
-    column factors ``s``, ``s d`` in shared memory and its row inputs; ZFOLD (the zero inside the operand, ``t`` the
-    sums of ``a (q - z)``): ``acc + as * s t``."""
-    if INT8:
-        t = (t + _MAGIC).to(gl.float32, bitcast=True) - 12582912.0
+    """``acc + as * (s t - s d RS)`` for one group's sums ``t``, its column factors in shared memory and its row
+    inputs. ZFOLD (the zero inside the operand, ``t`` the sums of ``a (q - z)``): ``acc + as * s t``. int8 (always
+    ZFOLD): the second factor is ``-1.5 * 2^23 * s`` and ``s t`` is one FMA off the exponent trick's float
+    ``f = 1.5 * 2^23 + t`` (an integer add): ``fma(f, s, -1.5 * 2^23 * s)``, exact before its one rounding (``s`` is
+    fp16, so ``1.5 * 2^23 * s`` is exact in fp32) — three operations per element with the FMA into ``acc``."""
     s = s_sh.load(COL)
     rs, ag = rows
-    if not ZFOLD:
-        sd = sd_sh.load(COL)
+    if INT8:
+        f = (t + _MAGIC).to(gl.float32, bitcast=True)
+        f, s2 = gl.broadcast(f, s[None, :])
+        f, c2 = gl.broadcast(f, sd_sh.load(COL)[None, :])
+        st = gl.fma(f, s2, c2)
         if GROUP_AS:
-            acc -= sd[None, :] * (ag * rs)[:, None]
+            st, a2 = gl.broadcast(st, ag[:, None])
+            acc = gl.fma(st, a2, acc)
         else:
-            acc -= sd[None, :] * rs[:, None]
-    if GROUP_AS:
-        acc += (ag[:, None] * s[None, :]) * t
+            acc += st
     else:
-        acc += s[None, :] * t
+        if not ZFOLD:
+            sd = sd_sh.load(COL)
+            if GROUP_AS:
+                acc -= sd[None, :] * (ag * rs)[:, None]
+            else:
+                acc -= sd[None, :] * rs[:, None]
+        if GROUP_AS:
+            acc += (ag[:, None] * s[None, :]) * t
+        else:
+            acc += s[None, :] * t
     return acc
 
 
@@ -187,7 +206,7 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.co
     acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
     if ISSUE:
         _barrier()  # every warp is done with group g's scales
-        _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g + STAGES, off_n, N, refill, ZFOLD)
+        _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g + STAGES, off_n, N, refill, _factor_rows(INT8, ZFOLD))
         nx = (g + 2) % STAGES
         mbarrier.wait(bars.index(nx), ((g + 2) // STAGES) & 1)
         t = warpgroup_mma(a_s.index(nx), w_s.index(nx).permute((1, 0)), tw, use_acc=False, is_async=True)
@@ -217,7 +236,7 @@ def _w4a8_wgmma_kernel(
     w_s, s_s, sd_s, bars, sbars = _weight_ring(w_desc, sc_desc, STAGES, BN, BK, 1)
     for i in gl.static_range(STAGES):  # group i in stage i
         _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, i, i, a_row, off_n, BK, i < G)
-        _scales_to_shared(sc_desc, s_s, sd_s, sbars, i, i, off_n, N, i < G, ZFOLD)
+        _scales_to_shared(sc_desc, s_s, sd_s, sbars, i, i, off_n, N, i < G, _factor_rows(INT8, ZFOLD))
 
     offs_m = off_m + gl.arange(0, BM, layout=ROW)
     offs_n = off_n + gl.arange(0, BN, layout=COL)
@@ -279,7 +298,7 @@ def _ws_step(acc, t, f, c, g, G, PENDING: gl.constexpr, ring, rows_in, h: gl.con
 
 @gluon.jit
 def _ws_load(ring, descs, dims, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr, BK: gl.constexpr,
-             ZFOLD: gl.constexpr, STAGES: gl.constexpr):
+             ROWS: gl.constexpr, STAGES: gl.constexpr):
     """The loader warp: every group of every tile of this program, in order, into the next free stage (both
     activation halves, the weight tile, the column factors), one ``ready`` barrier per stage."""
     a_desc, w_desc, sc_desc = descs
@@ -287,7 +306,7 @@ def _ws_load(ring, descs, dims, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.
     M, N, K, b1, b2, stride_om = dims
     G = K // BK
     nbytes: gl.constexpr = (2 * a_desc.block_type.nbytes + w_desc.block_type.nbytes
-                            + (1 if ZFOLD else 2) * sc_desc.block_type.nbytes)
+                            + ROWS * sc_desc.block_type.nbytes)
     c = 0
     for tile in range(gl.program_id(0), gl.cdiv(M, BM) * gl.cdiv(N, BN), gl.num_programs(0)):
         off_m, off_n, part = _tile(tile, M, N, b1, b2, BM, BN, GROUP_M)
@@ -301,7 +320,7 @@ def _ws_load(ring, descs, dims, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.
             tma.async_copy_global_to_shared(a_desc, [a_row + BM // 2, g * BK], bar, a_s.index(2 * st + 1))
             tma.async_copy_global_to_shared(w_desc, [off_n, g * BK], bar, w_s.index(st))
             tma.async_copy_global_to_shared(sc_desc, [2 * g * N + off_n], bar, s_s.index(st))
-            if not ZFOLD:
+            if ROWS == 2:
                 tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], bar, sd_s.index(st))
             c += 1
 
@@ -350,7 +369,7 @@ def _ws_partition(ring, descs, ptrs, dims, ROLE: gl.constexpr, INT8: gl.constexp
     """Role 0 / 1: the MMA warpgroup of the tile's first / second row half; 2: the loader warp (one signature for
     every partition)."""
     if ROLE == 2:
-        _ws_load(ring, descs, dims, BM, BN, GROUP_M, BK, ZFOLD, STAGES)
+        _ws_load(ring, descs, dims, BM, BN, GROUP_M, BK, _factor_rows(INT8, ZFOLD), STAGES)
     else:
         _ws_mma(ring, ptrs, dims, ROLE, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES)
 
