@@ -52,6 +52,7 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6
 #: The ws kernel's registers: 3 warpgroups x 128 threads x 168 at launch (<= 65536), then the loader's warpgroup drops
 #: to 24 and the two MMA warpgroups rise to 240 (ptxas caps the MMA partitions there).
 WS_LAUNCH_REGS, WS_MMA_REGS = 168, 240
+_WS_ROWS_AHEAD = gl.constexpr(1)  # groups ahead the ws kernel loads its row inputs (1 or 2)
 _MAGIC = gl.constexpr(0x4B400000)  # fp32 1.5 * 2^23: (t + _MAGIC) as fp32 is 1.5 * 2^23 + t for |t| < 2^22
 
 
@@ -284,8 +285,13 @@ def _ws_step(acc, t, f, c, g, G, PENDING: gl.constexpr, ring, rows_in, h: gl.con
     rs_rows, as_rows, mask_m = rows_in
     st = (c + g) % STAGES
     tw = warpgroup_mma_wait(num_outstanding=PENDING, deps=(t,))
-    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
-    acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
+    if _WS_ROWS_AHEAD == 1:
+        cur = f
+        fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
+    else:
+        cur = f[0]
+        fn = (f[1], _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 2, G - 1), GROUP_AS, ZFOLD))
+    acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), cur, INT8, GROUP_AS, COL, ZFOLD)
     _barrier()  # this warpgroup's warps are done with the stage: their MMA and their scale loads
     fence_async_shared()  # the scale loads ordered before the loader's TMA overwrites them
     mbarrier.arrive(empty.index(st), count=1)
@@ -352,6 +358,8 @@ def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.
         t_a = _ws_issue(a_s, w_s, ready, c, h, zero, STAGES)
         t_b = _ws_issue(a_s, w_s, ready, c + 1, h, zero, STAGES)
         f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS, ZFOLD)
+        if _WS_ROWS_AHEAD == 2:
+            f = (f, _row_loads(rs_rows, as_rows, mask_m, 1, GROUP_AS, ZFOLD))
         for g in range(0, G - 2, 2):
             acc, t_a, f = _ws_step(acc, t_a, f, c, g, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, True)
             acc, t_b, f = _ws_step(acc, t_b, f, c, g + 1, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
