@@ -52,6 +52,11 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6
 #: The ws kernel's registers: 3 warpgroups x 128 threads x 168 at launch (<= 65536), then the loader's warpgroup drops
 #: to 24 and the two MMA warpgroups rise to 240 (ptxas caps the MMA partitions there).
 WS_LAUNCH_REGS, WS_MMA_REGS = 168, 240
+#: 1: a group's fold reads its sums while the next group's MMAs run (``wgmma.wait_group 1``) — ptxas (sm_90, C7514)
+#: then serialises every wgmma of the kernel, each k32 instruction waiting for the one before; 0: the fold waits for
+#: every MMA in flight (``wait_group 0``), the MMAs of a group issue back to back, and the other warpgroup's (ws) or
+#: program's MMAs fill the tensor cores during the fold
+_FOLD_BESIDE_MMA = gl.constexpr(0)
 _WS_ROWS_AHEAD = gl.constexpr(1)  # groups ahead the ws kernel loads its row inputs (1 or 2)
 _MAGIC = gl.constexpr(0x4B400000)  # fp32 1.5 * 2^23: (t + _MAGIC) as fp32 is 1.5 * 2^23 + t for |t| < 2^22
 
@@ -197,7 +202,7 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.co
     a_s, w_s, s_s, sd_s, bars, sbars = ring
     a_row, off_n, N, rs_rows, as_rows, mask_m = tile
     st = g % STAGES
-    tw = warpgroup_mma_wait(num_outstanding=PENDING, deps=(t,))
+    tw = warpgroup_mma_wait(num_outstanding=PENDING * _FOLD_BESIDE_MMA, deps=(t,))
     fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
     refill = g + STAGES < G
     if ISSUE:
@@ -284,7 +289,7 @@ def _ws_step(acc, t, f, c, g, G, PENDING: gl.constexpr, ring, rows_in, h: gl.con
     a_s, w_s, s_s, sd_s, ready, empty = ring
     rs_rows, as_rows, mask_m = rows_in
     st = (c + g) % STAGES
-    tw = warpgroup_mma_wait(num_outstanding=PENDING, deps=(t,))
+    tw = warpgroup_mma_wait(num_outstanding=PENDING * _FOLD_BESIDE_MMA, deps=(t,))
     if _WS_ROWS_AHEAD == 1:
         cur = f
         fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
