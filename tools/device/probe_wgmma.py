@@ -17,9 +17,12 @@ operand.
     ncu ... python tools/device/probe_wgmma.py --launch wgmmaws nofold --act "int8 group" --shapes 1
 
 (GPU, PYTHONPATH as h200_run.sh sets it); ``--launch``: that config and variant launched plainly a few times for a
-profiler to attach to, timing nothing."""
+profiler to attach to, timing nothing; ``--baseline FILE``: the kernel module of another revision (``git show
+REV:packages/radiance-kernels/src/radiance_kernels/ops/w4a8_gemm/wgmma.py > FILE``) timed beside, each config as it
+stands there (rows ``CONFIG @FILE``)."""
 
 import argparse
+import importlib.util
 import json
 import os
 from functools import partial
@@ -100,10 +103,11 @@ def _operands(N: int, K: int, M: int, act: str):
     return w, (A, AS, RS, w8, sc, [0, N], torch.empty(M, N, dtype=torch.bfloat16, device="cuda")), zfold
 
 
-def _call(base: str, variant: str, M: int, N: int, K: int, args, zfold: bool):
-    _use(variant)
+def _call(base: str, variant: str, M: int, N: int, K: int, args, zfold: bool, module=None):
+    if module is None:
+        _use(variant)
     cfg = impl.config(M, N, K, "prefill", False, impl.PREFILL[base])
-    fn = partial(wgmma.gemm, *args, cfg, zfold)
+    fn = partial((module or wgmma).gemm, *args, cfg, zfold)
     fn()
     torch.cuda.synchronize()
     return fn
@@ -119,18 +123,30 @@ def main(a) -> None:
         torch.cuda.synchronize()
         return
     out = {"date": __import__("datetime").datetime.now().isoformat(), "gpu": torch.cuda.get_device_name(), "rows": []}
+    baseline = None
+    if a.baseline:
+        spec = importlib.util.spec_from_file_location("wgmma_baseline", a.baseline)
+        baseline = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(baseline)
     for name, N, K, M in (SHAPES[i] for i in a.shapes):
         flops = 2 * M * N * K
         for act in ACTS:
             w, args, zfold = _operands(N, K, M, act)
             for base in a.configs:
                 for variant in a.variants:
-                    if (variant in INT8_ONLY and not act.startswith("int8")) or \
-                            (variant == "ra2" and not impl.PREFILL[base]["ws"]):
+                    ws = impl.PREFILL[base]["ws"]
+                    if (variant in INT8_ONLY and not act.startswith("int8")) or (variant == "ra2" and not ws) or \
+                            (variant == "beside" and ws):  # ra2: a ws knob; beside: the per-tile kernels' schedule
                         continue
                     t = graph_time([_call(base, variant, M, N, K, args, zfold)], reps=10)
                     out["rows"].append({"proj": name, "M": M, "act": act, "variant": f"{base} {variant}".strip(),
                                         "us": t.best_us, "TFLOPs": flops / t.best_us / 1e6})
+                    print(out["rows"][-1], flush=True)
+                if baseline is not None:
+                    t = graph_time([_call(base, "", M, N, K, args, zfold, baseline)], reps=10)
+                    out["rows"].append({"proj": name, "M": M, "act": act,
+                                        "variant": f"{base} @{os.path.basename(a.baseline)}", "us": t.best_us,
+                                        "TFLOPs": flops / t.best_us / 1e6})
                     print(out["rows"][-1], flush=True)
             _use("")
         a8 = torch.randint(0, 0x7E, (M, K), device="cuda", dtype=torch.uint8).view(torch.float8_e4m3fn)
@@ -159,6 +175,7 @@ if __name__ == "__main__":
     p.add_argument("--shapes", nargs="+", type=int, default=[0, 1, 2], help="indices into SHAPES")
     p.add_argument("--launch", nargs=2, metavar=("CONFIG", "VARIANT"))
     p.add_argument("--act", default="int8 group", choices=ACTS)
+    p.add_argument("--baseline", help="another revision's wgmma.py, timed beside")
     args = p.parse_args()
     if not (args.out or args.launch):
         p.error("an output path, or --launch")

@@ -281,30 +281,32 @@ def _ws_issue(a_s, w_s, ready, c, h: gl.constexpr, t, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _ws_step(acc, t, f, c, g, G, PENDING: gl.constexpr, ring, rows_in, h: gl.constexpr, INT8: gl.constexpr,
-             GROUP_AS: gl.constexpr, COL: gl.constexpr, STAGES: gl.constexpr, ZFOLD: gl.constexpr,
-             ISSUE: gl.constexpr):
-    """:func:`_step` for one warpgroup of the warp-specialised kernel: fold group g (the tile's first group is the
-    program's c-th), hand its stage back to the loader, (ISSUE) start group g + 2's MMA in ``t``'s registers."""
+def _ws_step(acc, t, t_free, f, c, g, G, ring, rows_in, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr,
+             COL: gl.constexpr, STAGES: gl.constexpr, ZFOLD: gl.constexpr, ISSUE: gl.constexpr):
+    """One group of a warpgroup of the warp-specialised kernel (the tile's first group is the program's c-th):
+    (ISSUE) start group g + 1's MMA in ``t_free``'s registers, fold group g from ``t`` (its MMA already retired), hand
+    its stage back to the loader, then wait for group g + 1's MMA — the fold never reads the registers of an MMA in
+    flight, so ptxas keeps the wgmmas asynchronous. Returns (acc, group g + 1's sums, group g + 2's row inputs)."""
     a_s, w_s, s_s, sd_s, ready, empty = ring
     rs_rows, as_rows, mask_m = rows_in
     st = (c + g) % STAGES
-    tw = warpgroup_mma_wait(num_outstanding=PENDING * _FOLD_BESIDE_MMA, deps=(t,))
+    if ISSUE:
+        t_next = _ws_issue(a_s, w_s, ready, c + g + 1, h, t_free, STAGES)
+    else:
+        t_next = t_free
     if _WS_ROWS_AHEAD == 1:
         cur = f
         fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
     else:
         cur = f[0]
         fn = (f[1], _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 2, G - 1), GROUP_AS, ZFOLD))
-    acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), cur, INT8, GROUP_AS, COL, ZFOLD)
+    acc = _fold(acc, t, s_s.index(st), sd_s.index(st), cur, INT8, GROUP_AS, COL, ZFOLD)
     _barrier()  # this warpgroup's warps are done with the stage: their MMA and their scale loads
     fence_async_shared()  # the scale loads ordered before the loader's TMA overwrites them
     mbarrier.arrive(empty.index(st), count=1)
     if ISSUE:
-        t = _ws_issue(a_s, w_s, ready, c + g + 2, h, tw, STAGES)
-    else:
-        t = tw
-    return acc, t, fn
+        t_next = warpgroup_mma_wait(num_outstanding=0, deps=(t_next,))
+    return acc, t_next, fn
 
 
 @gluon.jit
@@ -339,8 +341,8 @@ def _ws_load(ring, descs, dims, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.
 @gluon.jit
 def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, BM: gl.constexpr,
             BN: gl.constexpr, GROUP_M: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr, STAGES: gl.constexpr):
-    """One MMA warpgroup: rows ``h BM/2 ..`` of every tile of this program, two groups' MMAs in flight while one
-    folds (as :func:`_w4a8_wgmma_kernel`), then its half tile stored."""
+    """One MMA warpgroup: rows ``h BM/2 ..`` of every tile of this program, each group's fold beside the next group's
+    MMAs (:func:`_ws_step`), then its half tile stored."""
     as_ptr, rs_ptr, out_ptr = ptrs
     M, N, K, b1, b2, stride_om = dims
     BMW: gl.constexpr = BM // 2
@@ -360,17 +362,21 @@ def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.
         rows_in = _row_inputs(rs_ptr, as_ptr, offs_m, part, M, G, GROUP_AS)
         rs_rows, as_rows, mask_m = rows_in
         acc = gl.zeros([BMW, BN], gl.float32, MMA)
-        t_a = _ws_issue(a_s, w_s, ready, c, h, zero, STAGES)
-        t_b = _ws_issue(a_s, w_s, ready, c + 1, h, zero, STAGES)
+        t_a = warpgroup_mma_wait(num_outstanding=0, deps=(_ws_issue(a_s, w_s, ready, c, h, zero, STAGES),))
+        t_b = zero
         f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS, ZFOLD)
         if _WS_ROWS_AHEAD == 2:
             f = (f, _row_loads(rs_rows, as_rows, mask_m, 1, GROUP_AS, ZFOLD))
+        # two steps per trip, so the two sums' registers keep their roles (G even): group g's in t_a, g + 1's in t_b
         for g in range(0, G - 2, 2):
-            acc, t_a, f = _ws_step(acc, t_a, f, c, g, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, True)
-            acc, t_b, f = _ws_step(acc, t_b, f, c, g + 1, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
+            acc, t_b, f = _ws_step(acc, t_a, t_b, f, c, g, G, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
                                    True)
-        acc, t_a, f = _ws_step(acc, t_a, f, c, G - 2, G, 1, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, False)
-        acc, t_b, f = _ws_step(acc, t_b, f, c, G - 1, G, 0, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD, False)
+            acc, t_a, f = _ws_step(acc, t_b, t_a, f, c, g + 1, G, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
+                                   True)
+        acc, t_b, f = _ws_step(acc, t_a, t_b, f, c, G - 2, G, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
+                               True)
+        acc, t_a, f = _ws_step(acc, t_b, t_a, f, c, G - 1, G, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
+                               False)
         c += G
         _store(acc, rows_in, offs_m, offs_n, N, out_ptr, stride_om, GROUP_AS)
 
