@@ -83,6 +83,7 @@ def _use(variant: str) -> None:
     for fn in vars(wgmma).values():
         if isinstance(fn, JITFunction):
             fn.hash = None
+            fn.used_global_vals = {}  # else a caller's re-hash checks the new value against a callee's stale one
             fn.device_caches.clear()
 
 
