@@ -7,11 +7,10 @@ activations, for every wgmma config (the warp-specialised ``ws`` ones too) and i
 helper of the module swapped before compiling: ``nofold`` (each group's sums added to the accumulator unscaled: the
 MMA / TMA pipeline alone, the row-input loads gone with the fold), and for int8 rows ``s21fold`` (session 21's
 four-operation fold: the exponent trick's offset subtracted, then the row x column scale product and the FMA),
-``noas`` (the fold without the per-group activation scales: their loads gone, the operations kept), ``ra2`` (ws:
-the row inputs loaded two groups ahead) and ``beside`` (sessions 7-21's schedule: a group's fold beside the next
-group's MMAs, ``wait_group 1`` — which ptxas answers by serialising every wgmma). In the same run: the library's
-per-tensor fp8 GEMM on the same M, N, K (the prefill bar's ceiling) and its 1x128 block-scaled GEMM on the same 8-bit
-operand.
+``noas`` (the fold without the per-group activation scales: their loads gone, the operations kept) and ``beside``
+(sessions 7-21's schedule: a group's fold beside the next group's MMAs, ``wait_group 1`` — which ptxas answers by
+serialising every wgmma). In the same run: the library's per-tensor fp8 GEMM on the same M, N, K (the prefill bar's
+ceiling) and its 1x128 block-scaled GEMM on the same 8-bit operand.
 
     python tools/device/probe_wgmma.py OUT.json [--configs wgmmaws ...] [--variants "" nofold ...] [--shapes 0 2]
     ncu ... python tools/device/probe_wgmma.py --launch wgmmaws nofold --act "int8 group" --shapes 1
@@ -66,7 +65,7 @@ def _fold_noas(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
 
 #: each variant: the module globals it swaps before compiling (every jit function re-hashed)
 ABLATED = {"": {}, "nofold": {"_fold": _fold_nofold}, "s21fold": {"_fold": _fold_s21}, "noas": {"_fold": _fold_noas},
-           "ra2": {"_WS_ROWS_AHEAD": wgmma.gl.constexpr(2)}, "beside": {"_FOLD_BESIDE_MMA": wgmma.gl.constexpr(1)}}
+           "beside": {"_FOLD_BESIDE_MMA": wgmma.gl.constexpr(1)}}
 INT8_ONLY = {"s21fold", "noas"}
 KERNEL = {name: getattr(wgmma, name) for swaps in ABLATED.values() for name in swaps}
 #: (proj, N, K, M): session 7's two shapes at M = 2048; session 21 added gate_up at M = 8192 and the ws configs
@@ -136,8 +135,8 @@ def main(a) -> None:
             for base in a.configs:
                 for variant in a.variants:
                     ws = impl.PREFILL[base]["ws"]
-                    if (variant in INT8_ONLY and not act.startswith("int8")) or (variant == "ra2" and not ws) or \
-                            (variant == "beside" and ws):  # ra2: a ws knob; beside: the per-tile kernels' schedule
+                    if (variant in INT8_ONLY and not act.startswith("int8")) or \
+                            (variant == "beside" and ws):  # the per-tile kernels' schedule
                         continue
                     t = graph_time([_call(base, variant, M, N, K, args, zfold)], reps=10)
                     out["rows"].append({"proj": name, "M": M, "act": act, "variant": f"{base} {variant}".strip(),

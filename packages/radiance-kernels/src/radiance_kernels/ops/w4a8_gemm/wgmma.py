@@ -57,7 +57,6 @@ WS_LAUNCH_REGS, WS_MMA_REGS = 168, 240
 #: every MMA in flight (``wait_group 0``), the MMAs of a group issue back to back, and the other warpgroup's (ws) or
 #: program's MMAs fill the tensor cores during the fold
 _FOLD_BESIDE_MMA = gl.constexpr(0)
-_WS_ROWS_AHEAD = gl.constexpr(1)  # groups ahead the ws kernel loads its row inputs (1 or 2)
 _MAGIC = gl.constexpr(0x4B400000)  # fp32 1.5 * 2^23: (t + _MAGIC) as fp32 is 1.5 * 2^23 + t for |t| < 2^22
 
 
@@ -285,8 +284,10 @@ def _ws_step(acc, t, t_free, f, c, g, G, ring, rows_in, h: gl.constexpr, INT8: g
              COL: gl.constexpr, STAGES: gl.constexpr, ZFOLD: gl.constexpr, ISSUE: gl.constexpr):
     """One group of a warpgroup of the warp-specialised kernel (the tile's first group is the program's c-th):
     (ISSUE) start group g + 1's MMA in ``t_free``'s registers, fold group g from ``t`` (its MMA already retired), hand
-    its stage back to the loader, then wait for group g + 1's MMA — the fold never reads the registers of an MMA in
-    flight, so ptxas keeps the wgmmas asynchronous. Returns (acc, group g + 1's sums, group g + 2's row inputs)."""
+    its stage back to the loader, load group g + 1's row inputs, then wait for group g + 1's MMA — the fold never
+    reads the registers of an MMA in flight, so ptxas keeps the wgmmas asynchronous. The row inputs are loaded after
+    the stage's proxy fence, which waits for every load in flight (``MEMBAR.ALL.CTA``): loaded before it, their
+    latency was paid at every step. Returns (acc, group g + 1's sums, its row inputs)."""
     a_s, w_s, s_s, sd_s, ready, empty = ring
     rs_rows, as_rows, mask_m = rows_in
     st = (c + g) % STAGES
@@ -294,16 +295,11 @@ def _ws_step(acc, t, t_free, f, c, g, G, ring, rows_in, h: gl.constexpr, INT8: g
         t_next = _ws_issue(a_s, w_s, ready, c + g + 1, h, t_free, STAGES)
     else:
         t_next = t_free
-    if _WS_ROWS_AHEAD == 1:
-        cur = f
-        fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
-    else:
-        cur = f[0]
-        fn = (f[1], _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 2, G - 1), GROUP_AS, ZFOLD))
-    acc = _fold(acc, t, s_s.index(st), sd_s.index(st), cur, INT8, GROUP_AS, COL, ZFOLD)
+    acc = _fold(acc, t, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
     _barrier()  # this warpgroup's warps are done with the stage: their MMA and their scale loads
     fence_async_shared()  # the scale loads ordered before the loader's TMA overwrites them
     mbarrier.arrive(empty.index(st), count=1)
+    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
     if ISSUE:
         t_next = warpgroup_mma_wait(num_outstanding=0, deps=(t_next,))
     return acc, t_next, fn
@@ -365,8 +361,6 @@ def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.
         t_a = warpgroup_mma_wait(num_outstanding=0, deps=(_ws_issue(a_s, w_s, ready, c, h, zero, STAGES),))
         t_b = zero
         f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS, ZFOLD)
-        if _WS_ROWS_AHEAD == 2:
-            f = (f, _row_loads(rs_rows, as_rows, mask_m, 1, GROUP_AS, ZFOLD))
         # two steps per trip, so the two sums' registers keep their roles (G even): group g's in t_a, g + 1's in t_b
         for g in range(0, G - 2, 2):
             acc, t_b, f = _ws_step(acc, t_a, t_b, f, c, g, G, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
