@@ -284,10 +284,8 @@ def _ws_step(acc, t, t_free, f, c, g, G, ring, rows_in, h: gl.constexpr, INT8: g
              COL: gl.constexpr, STAGES: gl.constexpr, ZFOLD: gl.constexpr, ISSUE: gl.constexpr):
     """One group of a warpgroup of the warp-specialised kernel (the tile's first group is the program's c-th):
     (ISSUE) start group g + 1's MMA in ``t_free``'s registers, fold group g from ``t`` (its MMA already retired), hand
-    its stage back to the loader, load group g + 1's row inputs, then wait for group g + 1's MMA — the fold never
-    reads the registers of an MMA in flight, so ptxas keeps the wgmmas asynchronous. The row inputs are loaded after
-    the stage's proxy fence, which waits for every load in flight (``MEMBAR.ALL.CTA``): loaded before it, their
-    latency was paid at every step. Returns (acc, group g + 1's sums, its row inputs)."""
+    its stage back to the loader, then wait for group g + 1's MMA — the fold never reads the registers of an MMA in
+    flight, so ptxas keeps the wgmmas asynchronous. Returns (acc, group g + 1's sums, its row inputs)."""
     a_s, w_s, s_s, sd_s, ready, empty = ring
     rs_rows, as_rows, mask_m = rows_in
     st = (c + g) % STAGES
@@ -295,11 +293,11 @@ def _ws_step(acc, t, t_free, f, c, g, G, ring, rows_in, h: gl.constexpr, INT8: g
         t_next = _ws_issue(a_s, w_s, ready, c + g + 1, h, t_free, STAGES)
     else:
         t_next = t_free
+    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
     acc = _fold(acc, t, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
     _barrier()  # this warpgroup's warps are done with the stage: their MMA and their scale loads
     fence_async_shared()  # the scale loads ordered before the loader's TMA overwrites them
     mbarrier.arrive(empty.index(st), count=1)
-    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
     if ISSUE:
         t_next = warpgroup_mma_wait(num_outstanding=0, deps=(t_next,))
     return acc, t_next, fn
