@@ -3,7 +3,8 @@
 ``python tools/device/sm90_report.py [decode|prefill ...]`` (TRITON_INTERPRET unset). Per variant: registers,
 spill bytes, stack, shared memory, and the SASS of the group loop (the longest loop): instructions per
 iteration and warp-instructions per weight — with 4 schedulers per SM issuing one each per cycle, the
-issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``; the MMA kind in the PTX (wgmma with the A
+issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``; ptxas's "Potential Performance Loss" codes (C7514: wgmma
+serialised, session 22); the MMA kind in the PTX (wgmma with the A
 operand from registers or shared memory, mma.sync) and whether cp.async / TMA loads appear.
 ``[band[:name[,name...]]]`` limits the configs; decode also lists the ablation rows (``name:ablate``), the gemv and
 mma2 configs their own kernels (:func:`gemv_variants`, :func:`mma2_variants`),
@@ -77,7 +78,8 @@ def ptxas_report(ptx: str) -> dict:
     os.unlink(f.name)
     num = lambda pat: int(re.search(pat, err).group(1))  # noqa: E731
     return {"regs": num(r"Used (\d+) registers"), "spill_st": num(r"(\d+) bytes spill stores"),
-            "spill_ld": num(r"(\d+) bytes spill loads"), "stack": num(r"(\d+) bytes stack frame")}
+            "spill_ld": num(r"(\d+) bytes spill loads"), "stack": num(r"(\d+) bytes stack frame"),
+            "losses": re.findall(r"\((C\d+)\) Potential Performance Loss", err)}
 
 
 def loop_sass(cubin: bytes) -> tuple[int, Counter]:
@@ -203,7 +205,8 @@ def main(argv: list[str]) -> int:
             top = " ".join(f"{k}:{v}" for k, v in hist.most_common(8))
             print(f"{name:44s} {mma_kind(c.asm['ptx']):28s} regs {rep['regs']:3d} "
                   f"spill {rep['spill_st']}/{rep['spill_ld']} B stack {rep['stack']} smem {c.metadata.shared} "
-                  f"| loop {n} instr, {n * opts['num_warps'] / weights:.3f} warp-instr/weight | {top}", flush=True)
+                  f"{' '.join(rep['losses'])} | loop {n} instr, {n * opts['num_warps'] / weights:.3f} "
+                  f"warp-instr/weight | {top}", flush=True)
     return 0
 
 
