@@ -5,12 +5,11 @@ Times the kernel alone (its per-call operands — the 8-bit weight copy and the 
 the timing) at M = 2048 on the qkv and gate_up shapes (gate_up also at 8192), e4m3 per-token and int8 per-group
 activations, for every wgmma config (the warp-specialised ``ws`` ones too) and its ablations, each compiled with a
 helper of the module swapped before compiling: ``nofold`` (each group's sums added to the accumulator unscaled: the
-MMA / TMA pipeline alone, the row-input loads gone with the fold), and for int8 rows ``s21fold`` (session 21's
-four-operation fold: the exponent trick's offset subtracted, then the row x column scale product and the FMA),
-``noas`` (the fold without the per-group activation scales: their loads gone, the operations kept) and ``beside``
-(sessions 7-21's schedule: a group's fold beside the next group's MMAs, ``wait_group 1`` — which ptxas answers by
-serialising every wgmma). In the same run: the library's per-tensor fp8 GEMM on the same M, N, K (the prefill bar's
-ceiling) and its 1x128 block-scaled GEMM on the same 8-bit operand.
+MMA / TMA pipeline alone, the row-input loads gone with the fold), for int8 rows ``noas`` (the fold without the
+per-group activation scales: their loads gone, the operations kept) and ``beside`` (sessions 7-21's schedule: a
+group's fold beside the next group's MMAs, ``wait_group 1`` — which ptxas answers by serialising every wgmma). In the
+same run: the library's per-tensor fp8 GEMM on the same M, N, K (the prefill bar's ceiling) and its 1x128
+block-scaled GEMM on the same 8-bit operand.
 
     python tools/device/probe_wgmma.py OUT.json [--configs wgmmaws ...] [--variants "" nofold ...] [--shapes 0 2]
     ncu ... python tools/device/probe_wgmma.py --launch wgmmaws nofold --act "int8 group" --shapes 1
@@ -44,18 +43,6 @@ def _fold_nofold(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
 
 
 @gluon.jit
-def _fold_s21(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
-    t = (t + 0x4B400000).to(wgmma.gl.float32, bitcast=True) - 12582912.0
-    s = s_sh.load(COL)
-    rs, ag = rows
-    if GROUP_AS:
-        acc += (ag[:, None] * s[None, :]) * t
-    else:
-        acc += s[None, :] * t
-    return acc
-
-
-@gluon.jit
 def _fold_noas(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
     f = (t + 0x4B400000).to(wgmma.gl.float32, bitcast=True)
     f, s2 = wgmma.gl.broadcast(f, s_sh.load(COL)[None, :])
@@ -64,9 +51,9 @@ def _fold_noas(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
 
 
 #: each variant: the module globals it swaps before compiling (every jit function re-hashed)
-ABLATED = {"": {}, "nofold": {"_fold": _fold_nofold}, "s21fold": {"_fold": _fold_s21}, "noas": {"_fold": _fold_noas},
+ABLATED = {"": {}, "nofold": {"_fold": _fold_nofold}, "noas": {"_fold": _fold_noas},
            "beside": {"_FOLD_BESIDE_MMA": wgmma.gl.constexpr(1)}}
-INT8_ONLY = {"s21fold", "noas"}
+INT8_ONLY = {"noas"}  # call 137 also timed session 21's four-operation int8 fold ("s21fold", commit d18339f)
 KERNEL = {name: getattr(wgmma, name) for swaps in ABLATED.values() for name in swaps}
 #: (proj, N, K, M): session 7's two shapes at M = 2048; session 21 added gate_up at M = 8192 and the ws configs
 SHAPES = (("attn.qkv", 14336, 5120, 2048), ("mlp.gate_up", 34816, 5120, 2048), ("mlp.gate_up", 34816, 5120, 8192))
