@@ -13,9 +13,12 @@ sum (int32 for int8, fp32 for e4m3 — per-group promotion, as the library's blo
 
 — the reference's math in the Triton loop's in-loop form (``zpe`` gives the same sums; it is not read). Where the
 8-bit operand holds ``q - z`` exactly (:func:`zero_folds`: int8 activations, or int4 weights) the unpack folds the zero
-in and the row-sum term drops out (one FMA less per element and group). Two groups'
-MMAs are in flight while a third folds (registers: two ``[BM, BN]`` group sums and the accumulator, 64 each per
-thread at 128 x 128 — the register file is what caps the tile); the folded group's operand stage is refilled
+in and the row-sum term drops out (one FMA less per element and group). A fold reads only sums whose MMAs a
+``wait_group 0`` retired — with a fold beside MMAs still in flight after ``wait_group 1``, ptxas (C7514) serialises
+every wgmma of the kernel (sessions 7-21's schedule, ``_FOLD_BESIDE_MMA``). The ws form still folds beside its next
+group's MMAs, issued before the fold into the other sums' registers; the per-tile form folds after its MMAs and
+leans on the SM's other program (registers: two ``[BM, BN]`` group sums and the accumulator, 64 each per thread at
+128 x 128 — the register file is what caps the tile); the folded group's operand stage is refilled
 before its fold (which reads only its scales), and each group's row inputs are loaded a group ahead. int8 sums reach
 fp32 by the exponent trick (``|t| < 2^22``: an integer add, no quarter-rate convert), the offset taken out inside
 the FMA that scales them (:func:`_fold`: three operations per element and group). Tiles in
@@ -192,11 +195,11 @@ def _fold(acc, t, s_sh, sd_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr,
 @gluon.jit
 def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.constexpr, GROUP_AS: gl.constexpr,
           COL: gl.constexpr, STAGES: gl.constexpr, BK: gl.constexpr, ZFOLD: gl.constexpr, ISSUE: gl.constexpr):
-    """Fold group g (its MMA ``t``; PENDING: MMAs issued after it), refill its stage with group g + STAGES (the
-    operand tiles before the fold, which reads only the scales: 5-7 % faster than after on 128x128, H200 call 47)
-    and (ISSUE) start group g + 2's MMA in ``t``'s registers: (acc, the new ``t``, group g + 1's row inputs).
-    ``descs``: the three TMA descriptors; ``ring``: the stages' tiles and barriers; ``tile``: the program's activation
-    row, column, N and row-input pointers / mask."""
+    """Fold group g (its MMA ``t``; PENDING: MMAs issued after it, left in flight only with ``_FOLD_BESIDE_MMA``),
+    refill its stage with group g + STAGES (the operand tiles before the fold, which reads only the scales: 5-7 %
+    faster than after on 128x128, H200 call 47) and (ISSUE) start group g + 2's MMA in ``t``'s registers: (acc, the
+    new ``t``, group g + 1's row inputs). ``descs``: the three TMA descriptors; ``ring``: the stages' tiles and
+    barriers; ``tile``: the program's activation row, column, N and row-input pointers / mask."""
     a_desc, w_desc, sc_desc = descs
     a_s, w_s, s_s, sd_s, bars, sbars = ring
     a_row, off_n, N, rs_rows, as_rows, mask_m = tile
@@ -252,8 +255,8 @@ def _w4a8_wgmma_kernel(
     descs = (a_desc, w_desc, sc_desc)
     ring = (a_s, w_s, s_s, sd_s, bars, sbars)
     tile = (a_row, off_n, N, rs_rows, as_rows, mask_m)
-    # two groups' MMAs in flight while one folds: group g + 2's MMA writes the registers group g's fold freed;
-    # two steps per trip, so the two sums' registers keep their roles (G even)
+    # group g + 2's MMA writes the registers group g's fold freed; two steps per trip, so the two sums' registers
+    # keep their roles (G even)
     mbarrier.wait(bars.index(0), 0)
     t_a = warpgroup_mma(a_s.index(0), w_s.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
     mbarrier.wait(bars.index(1), 0)
