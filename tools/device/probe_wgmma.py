@@ -36,18 +36,17 @@ from radiance_kernels.ops.w4a8_gemm.reference import prepare_codes
 
 
 @gluon.jit
-def _fold_nofold(acc, t, sc_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
+def _fold_nofold(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
     if INT8:
         t = t.to(wgmma.gl.float32, bitcast=True)
     return acc + t
 
 
 @gluon.jit
-def _fold_noas(acc, t, sc_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
-    s, sd = wgmma._factors(sc_sh, acc.shape[1], COL)
+def _fold_noas(acc, t, s_sh, sd_sh, rows, INT8, GROUP_AS, COL, ZFOLD):
     f = (t + 0x4B400000).to(wgmma.gl.float32, bitcast=True)
-    f, s2 = wgmma.gl.broadcast(f, s[None, :])
-    f, c2 = wgmma.gl.broadcast(f, sd[None, :])
+    f, s2 = wgmma.gl.broadcast(f, s_sh.load(COL)[None, :])
+    f, c2 = wgmma.gl.broadcast(f, sd_sh.load(COL)[None, :])
     return acc + wgmma.gl.fma(f, s2, c2)
 
 

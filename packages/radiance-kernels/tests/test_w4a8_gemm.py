@@ -430,13 +430,13 @@ for int8, grouped, BM, nw, ws in ((True, True, 128, 8, False), (False, False, 64
     kernel = wgmma._w4a8_wgmma_ws_kernel if ws else wgmma._w4a8_wgmma_kernel
     el, gel = ("i8", gl.int8) if int8 else ("fp8e4nv", gl.float8e4nv)
     lay = lambda rows: layout([rows, 128], gel)
-    lsc = layout([256], gl.float32, False)
+    lsc = layout([128], gl.float32, False)
     ce = dict(INT8=int8, GROUP_AS=grouped, BM=BM, BN=128, STAGES=4, GROUP_M=8, BK=128, ZFOLD=int8)
     if ws:
         ce["MMA_REGS"] = wgmma.WS_MMA_REGS
     ar = BM // 2 if ws else BM
     types = {"a_desc": f"tensordesc<{el}[{ar}, 128],{lay(ar)!r}>", "w_desc": f"tensordesc<{el}[128, 128],{lay(128)!r}>",
-             "sc_desc": f"tensordesc<fp32[256],{lsc!r}>", "as_ptr": "*fp32", "rs_ptr": "*fp32", "out_ptr": "*bf16"}
+             "sc_desc": f"tensordesc<fp32[128],{lsc!r}>", "as_ptr": "*fp32", "rs_ptr": "*fp32", "out_ptr": "*bf16"}
     sig = {n: "constexpr" if n in ce else types.get(n, "i32") for n in kernel.arg_names}
     opts = {"num_warps": nw, **({"maxnreg": wgmma.WS_LAUNCH_REGS} if ws else {})}
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
@@ -452,7 +452,6 @@ for int8, grouped, BM, nw, ws in ((True, True, 128, 8, False), (False, False, 64
                     wgmma=sorted(set(re.findall(r"wgmma[.]mma_async[.]sync[.]aligned[.]([.\\w]+)", ptx))),
                     waits=sorted(set(re.findall(r"wgmma[.]wait_group[.]sync[.]aligned (\\d+)", ptx))),
                     tma=ptx.count("cp.async.bulk.tensor"), shared=c.metadata.shared,
-                    factor_loads=sorted(set(re.findall(r"ld[.]shared[.](v\\d)[.]", ptx))),
                     regs=sorted(set(re.findall(r"setmaxnreg[.](\\w+)[.]sync[.]aligned[.]u32\\s+(\\d+)", ptx))),
                     cta_bars=len(re.findall(r"\\bbar[.]sync\\s+0;", ptx)),
                     part_bars=sorted(set(re.findall(r"\\bbar[.]sync\\s+(\\d+), 128;", ptx))),
@@ -468,8 +467,7 @@ def test_wgmma_compiles_for_sm90():
     drops to 24 registers and the MMA warpgroups rise to :data:`WS_MMA_REGS`; each MMA warpgroup syncs only its own
     128 threads (named barriers), never the CTA, and the stages' ``empty`` barriers wait for both warpgroups. ptxas
     keeps the wgmmas asynchronous: no "wgmma.mma_async instructions are serialized" report (C7514 serialised every
-    wgmma of sessions 7-21's kernels, each k32 instruction waiting for the one before). Both column factors of a
-    column pair come in one 16-byte shared load (``sc``'s pair-interleaved order, relabelled in registers)."""
+    wgmma of sessions 7-21's kernels, each k32 instruction waiting for the one before)."""
     from radiance_kernels.ops.w4a8_gemm import wgmma
 
     rows = compiled_for_sm90(WGMMA_SM90)
@@ -477,7 +475,7 @@ def test_wgmma_compiles_for_sm90():
     for r in rows:
         kind = "m64n128k32.s32.s8.s8" if r["int8"] else "m64n128k32.f32.e4m3.e4m3"
         assert r["wgmma"] == [kind] and r["waits"] == ["0"] and not r["serialized"], r
-        assert r["tma"] >= 4 and r["shared"] > 4 * 128 * 128 and r["factor_loads"] == ["v4"], r
+        assert r["tma"] >= 4 and r["shared"] > 4 * 128 * 128, r
         if r["ws"]:
             assert ["dec", "24"] in r["regs"] and ["dec", str(wgmma.WS_MMA_REGS)] in r["regs"], r
             assert r["cta_bars"] == 0 and len(r["part_bars"]) == 2 and r["empty_init"] == 4, r  # STAGES
@@ -595,9 +593,10 @@ def test_unpack_w8_bit_exact(bits, int8, device):
     got, sc = impl.unpack_w8(w, int8, scales=True)
     assert got.shape == (96, 256) and got.is_contiguous() and got.dtype == want.dtype
     assert torch.equal(got.cpu(), want.T.cpu())
-    _, d, s = unprepare(w)  # wgmma's column factors: s, s * (z - 2^(b-1)) per group and column
+    _, d, s = unprepare(w)  # wgmma's column factors: rows 2g, 2g + 1 = s, s * (z - 2^(b-1))
     s = s.float()
-    assert torch.equal(sc.cpu(), factor_pairs(s, s * (d - (1 << (bits - 1))).float()).cpu())
+    want_sc = torch.stack([s, s * (d - (1 << (bits - 1))).float()], 1).view(-1, 96)
+    assert torch.equal(sc.cpu(), want_sc.cpu())
     assert torch.equal(impl.unpack_w8(w, int8).cpu(), got.cpu())
 
 
@@ -618,24 +617,8 @@ def test_unpack_w8_zfold_bit_exact(bits, int8, device):
     assert torch.equal(got.cpu(), want.T.cpu())
     assert torch.equal(impl.unpack_w8(w, int8, zfold=True).cpu(), got.cpu())
     second = -1.5 * 2**23 * s.double() if int8 else s.double() * (z - (1 << (bits - 1))).double()
-    # exact: fp32 holds each factor without rounding
-    assert torch.equal(sc.double().cpu(), factor_pairs(s.double(), second).cpu())
-
-
-def factor_pairs(s, second):
-    """The wgmma kernel's column factors ``[G, N / 2, 2, 2]`` (group, column pair, factor, column in the pair) from
-    the two ``[G, N]`` factors."""
-    G, N = s.shape
-    return torch.stack([s, second], 1).view(G, 2, N // 2, 2).permute(0, 2, 1, 3)
-
-
-def test_unpack_w8_factors_need_even_n(device):
-    """The column factors pair columns: an odd N is refused by name, not written past its rows."""
-    from radiance_kernels.ops.w4a8_gemm import triton as impl
-
-    w = prepare_codes(*weights(128, 95, 4, device=device), 4)
-    with pytest.raises(ValueError, match="N must be even"):
-        impl.unpack_w8(w, True, zfold=True, scales=True)
+    want_sc = torch.stack([s.double(), second], 1).view(-1, 96)
+    assert torch.equal(sc.double().cpu(), want_sc.cpu())  # exact: fp32 holds each factor without rounding
 
 
 def emulated_scaled_mm(a, b, scale_a, scale_b, out_dtype, out=None):
@@ -1043,8 +1026,8 @@ def test_prefill_default_by_element_and_rows(monkeypatch):
 
 
 def test_wgmma_refuses_narrow_column_blocks():
-    """Partition bounds that leave column blocks under 32 wide (16 put the stages' scale tiles off TMA's 128-byte
-    shared alignment on the H200, call 130; narrower blocks are not measured): the wgmma kernels refuse them by name."""
+    """Partition bounds that leave column blocks under 32 wide would put the stages' scale tiles off TMA's 128-byte
+    shared alignment (a fault on the H200, call 130): the wgmma kernels refuse them by name."""
     from radiance_kernels.ops.w4a8_gemm import wgmma
 
     with pytest.raises(ValueError, match="column blocks of at least 32"):
@@ -1091,7 +1074,7 @@ def test_wgmma_host_plumbing(bits, elem, grouped, monkeypatch):
     assert launched["kw"]["INT8"] == (elem == "int8") and launched["kw"]["GROUP_AS"] == grouped
     assert launched["grid"] == (-(-M // 64) * (N // 128),) and launched["kw"]["BM"] == 64
     assert a_desc.block_shape == [64, 128] and a_desc.shape == [P * M, K]
-    assert w_desc.block_shape == [128, 128] and w_desc.shape == [N, K] and sc_desc.block_shape == [256]  # both factors
+    assert w_desc.block_shape == [128, 128] and w_desc.shape == [N, K] and sc_desc.block_shape == [128]
     assert a_desc.base.dtype == w_desc.base.dtype == (torch.int8 if elem == "int8" else torch.float8_e4m3fn)
     want = impl.unpack_w8(w, elem == "int8", zfold=zfold).view(w_desc.base.dtype)
     assert torch.equal(w_desc.base.view(torch.uint8), want.view(torch.uint8))

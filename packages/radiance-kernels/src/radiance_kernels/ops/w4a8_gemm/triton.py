@@ -132,9 +132,9 @@ def w8_operand(c, INT8: tl.constexpr, HW: tl.constexpr):
 def _unpack_w8_kernel(wq_ptr, wh_ptr, sz_ptr, w8_ptr, sc_ptr, N, K, BITS: tl.constexpr, INT8: tl.constexpr,
                       HW: tl.constexpr, ZFOLD: tl.constexpr, SCALES: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr):
     """``w8 [N, K]`` (K-contiguous) = :func:`w8_operand` of ``c = q - 2^(BITS-1)`` (ZFOLD: ``c - d = q - z``, the
-    group's zero folded in), e4m3 as its uint8 bytes; SCALES: also the fold's column factors ``sc [G, N / 2, 2, 2]``
-    fp32 (group, column pair, factor, column in the pair; factors ``s``, ``s d``; int8 with the zero folded in: ``s``,
-    ``-1.5 * 2^23 * s``, exact as ``s`` is fp16). One [BK, BN] tile per program (grid K/BK x N/BN, BK = the group)."""
+    group's zero folded in), e4m3 as its uint8 bytes; SCALES: also the fold's column factors ``sc [2 G, N]`` fp32 (rows
+    2g, 2g + 1: ``s``, ``s d``; int8 with the zero folded in: ``s``, ``-1.5 * 2^23 * s``, exact as ``s`` is fp16). One
+    [BK, BN] tile per program (grid K/BK x N/BN, BK = the group)."""
     g = tl.program_id(0)
     k0 = g * BK
     offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -146,13 +146,12 @@ def _unpack_w8_kernel(wq_ptr, wh_ptr, sz_ptr, w8_ptr, sc_ptr, N, K, BITS: tl.con
         c -= (sz >> 16)[None, :]
     if SCALES:
         s = sz_scale(sz)
-        at = sc_ptr + 2 * (g * N + offs_n) - offs_n % 2  # column n: factor f at 2 g N + 4 (n // 2) + 2 f + n % 2
-        tl.store(at, s, mask=mask_n)
+        tl.store(sc_ptr + 2 * g * N + offs_n, s, mask=mask_n)
         if ZFOLD and INT8:
             second = s * -12582912.0
         else:
             second = s * (sz >> 16).to(tl.float32)
-        tl.store(at + 2, second, mask=mask_n)
+        tl.store(sc_ptr + (2 * g + 1) * N + offs_n, second, mask=mask_n)
     w = w8_operand(c, INT8, HW)
     if not INT8:
         w = w.to(tl.uint8, bitcast=True)
@@ -927,15 +926,12 @@ UNPACK_BN = 64  # the unpack kernel's tile: one 128-group x 64 columns (4 warps,
 def unpack_w8(w: W4Prepared, int8: bool, zfold: bool = False, scales: bool = False):
     """The ``predeq`` weight operand ``w8 [N, K]`` (K-contiguous, as fp8 / int8 wgmma wants both operands):
     ``c = q - 2^(b-1)`` (``zfold``: ``q - z``, :mod:`.blockwise`'s operand) as e4m3 bytes (uint8) for e4m3
-    activations, int8 for int8 activations; ``scales``: ``(w8, sc)`` with the fold's column factors
-    ``sc [G, N / 2, 2, 2]`` fp32 (group, column pair, factor, column in the pair — both factors of a pair in 16 bytes;
-    factors ``s[g]``, ``s[g] d[g]``; int8 and ``zfold``: ``s[g]``, ``-1.5 * 2^23 * s[g]``; :mod:`.wgmma`'s). One
-    launch, fresh buffers per call."""
+    activations, int8 for int8 activations; ``scales``: ``(w8, sc)`` with the fold's column factors ``sc [2 G, N]``
+    fp32 (rows 2g, 2g + 1: ``s[g]``, ``s[g] d[g]``; int8 and ``zfold``: ``s[g]``, ``-1.5 * 2^23 * s[g]``;
+    :mod:`.wgmma`'s). One launch, fresh buffers per call."""
     K, N = w.wq.shape[0] * 8, w.wq.shape[1]
-    if scales and N % 2:
-        raise ValueError(f"unpack_w8: the column factors pair columns: N must be even (got {N})")
     w8 = torch.empty(N, K, dtype=torch.int8 if int8 else torch.uint8, device=w.wq.device)
-    sc = torch.empty(K // GROUP if scales else 0, N // 2, 2, 2, dtype=torch.float32, device=w.wq.device)
+    sc = torch.empty(2 * K // GROUP if scales else 0, N, dtype=torch.float32, device=w.wq.device)
     _unpack_w8_kernel[(K // GROUP, triton.cdiv(N, UNPACK_BN))](
         w.wq, w.wh if w.bits == 5 else w.wq, w.sz, w8, sc, N, K, BITS=w.bits, INT8=int8, HW=not triton_interpreted(),
         ZFOLD=zfold, SCALES=scales, BK=GROUP, BN=UNPACK_BN, num_warps=4,

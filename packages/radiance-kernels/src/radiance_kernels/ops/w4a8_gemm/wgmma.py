@@ -4,10 +4,9 @@
 Operands: the call's 8-bit weight copy ``w8 [N, K]`` (:func:`.triton.unpack_w8`: ``c = q - 2^(b-1)``, int8 or e4m3,
 exact) and the activation codes ``A [P, M, K]``, both K-contiguous, brought by TMA into a ``STAGES``-deep ring of
 shared-memory tiles ``[BM, 128]`` / ``[BN, 128]`` (one 128-group per stage); the same launch of the unpack writes
-the fold's column factors ``sc`` (``s``, ``s d`` per group and column, a column pair's four in 16 bytes; int8: ``s``,
-``-1.5 * 2^23 * s``), one ``[2 BN]`` tile per stage. Per group ``g`` one asynchronous ``warpgroup_mma`` from shared
-memory gives the exact group sum (int32 for int8, fp32 for e4m3 — per-group promotion, as the library's block-scaled
-GEMM)::
+the fold's column factors ``sc`` (``s``, ``s d`` per group; int8: ``s``, ``-1.5 * 2^23 * s``), which ride a second
+ring of ``[BN]`` tiles. Per group ``g`` one asynchronous ``warpgroup_mma`` from shared memory gives the exact group
+sum (int32 for int8, fp32 for e4m3 — per-group promotion, as the library's block-scaled GEMM)::
 
     t[m, n] = sum_{k in g} a[m, k] * c[k, n]
     acc[m, n] += as(m, g) * (s[g, n] * t - s[g, n] * d[g, n] * RS[m, g])      (d = z - 2^(b-1): sz's high half)
@@ -71,15 +70,10 @@ def _instr_n(BN, INT8):
 
 
 @gluon.constexpr_function
-def _factor_layout(BN, NW):
-    """A group's column factors as stored, ``[BN / 2, 2, 2]`` (column pair ``p``, factor, column ``n = 2 p + b``), laid
-    out as the MMA layout's column slice holds the columns: a thread's pairs ``4 j + lane % 4`` (columns
-    ``8 j + 2 (lane % 4) + b``), a pair's four fp32 in its registers — one ``LDS.128`` per pair for both factors,
-    ``LDS.64`` for ``s`` alone; lanes with one ``lane % 4`` and every warp read the same pairs."""
-    reg = [[0, 0, 1], [0, 1, 0]] + [[4 << i, 0, 0] for i in range((BN // 8).bit_length() - 1)]
-    return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=[[1, 0, 0], [2, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]],
-                                      warp_bases=[[0, 0, 0]] * (NW.bit_length() - 1), block_bases=[],
-                                      shape=[BN // 2, 2, 2])
+def _factor_rows(INT8, ZFOLD):
+    """How many of a group's column-factor rows the fold reads: ``s`` and ``s d`` (int8: ``-1.5 * 2^23 * s``); e4m3
+    with the zero folded in, ``s`` alone."""
+    return 2 if INT8 or not ZFOLD else 1
 
 
 @gluon.jit
@@ -132,23 +126,28 @@ def _store(acc, rows_in, offs_m, offs_n, N, out_ptr, stride_om, GROUP_AS: gl.con
 
 @gluon.jit
 def _weight_ring(w_desc, sc_desc, STAGES: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, COUNT: gl.constexpr):
-    """The stages' weight tiles, their column factors (``[BN, 2]`` flat: ``s``, ``s d`` per column) and two barriers
-    per stage (the second counting COUNT arrivals)."""
+    """The stages' weight tiles, their column-factor rows (``s``, ``s d``) and two barriers per stage (the second
+    counting COUNT arrivals)."""
     w_s = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
-    s_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, 2 * BN], sc_desc.layout)
+    s_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
+    sd_s = gl.allocate_shared_memory(sc_desc.dtype, [STAGES, BN], sc_desc.layout)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     bars2 = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)
         mbarrier.init(bars2.index(i), count=COUNT)
-    return w_s, s_s, bars, bars2
+    return w_s, s_s, sd_s, bars, bars2
 
 
 @gluon.jit
-def _scales_to_shared(sc_desc, s_s, sbars, st, g, off_n, N, pred):
-    """TMA group g's column factors (``sc[g, off_n:off_n + BN]``, flat) into stage ``st`` of their own ring."""
-    mbarrier.expect(sbars.index(st), sc_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(sc_desc, [2 * (g * N + off_n)], sbars.index(st), s_s.index(st), pred=pred)
+def _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g, off_n, N, pred, ROWS: gl.constexpr):
+    """TMA group g's column factors (rows 2g, 2g + 1 of ``sc``, flat; ROWS 1: row 2g only) into stage ``st`` of their
+    own ring."""
+    mbarrier.expect(sbars.index(st), ROWS * sc_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(sc_desc, [2 * g * N + off_n], sbars.index(st), s_s.index(st), pred=pred)
+    if ROWS == 2:
+        tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], sbars.index(st), sd_s.index(st),
+                                        pred=pred)
 
 
 @gluon.jit
@@ -160,27 +159,19 @@ def _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, st, g, a_row, off_n, BK:
 
 
 @gluon.jit
-def _factors(sc_sh, BN: gl.constexpr, COL: gl.constexpr):
-    """A stage's column factors ``s``, ``s d`` (``[BN]`` each, in the column slice COL): loaded in
-    :func:`_factor_layout` (16 bytes per column pair), split and relabelled in registers."""
-    FAC: gl.constexpr = _factor_layout(BN, gl.num_warps())
-    s, sd = gl.split(gl.reshape(sc_sh.reshape([BN // 2, 2, 2]).load(FAC).permute(0, 2, 1), [BN, 2]))
-    return gl.convert_layout(s, COL, assert_trivial=True), gl.convert_layout(sd, COL, assert_trivial=True)
-
-
-@gluon.jit
-def _fold(acc, t, sc_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr, ZFOLD: gl.constexpr):
+def _fold(acc, t, s_sh, sd_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: gl.constexpr,
+          ZFOLD: gl.constexpr):
     """``acc + as * (s t - s d RS)`` for one group's sums ``t``, its column factors in shared memory and its row
     inputs. ZFOLD (the zero inside the operand, ``t`` the sums of ``a (q - z)``): ``acc + as * s t``. int8 (always
     ZFOLD): the second factor is ``-1.5 * 2^23 * s`` and ``s t`` is one FMA off the exponent trick's float
     ``f = 1.5 * 2^23 + t`` (an integer add): ``fma(f, s, -1.5 * 2^23 * s)``, exact before its one rounding (``s`` is
     fp16, so ``1.5 * 2^23 * s`` is exact in fp32) — three operations per element with the FMA into ``acc``."""
-    s, sd = _factors(sc_sh, acc.shape[1], COL)
+    s = s_sh.load(COL)
     rs, ag = rows
     if INT8:
         f = (t + _MAGIC).to(gl.float32, bitcast=True)
         f, s2 = gl.broadcast(f, s[None, :])
-        f, c2 = gl.broadcast(f, sd[None, :])
+        f, c2 = gl.broadcast(f, sd_sh.load(COL)[None, :])
         st = gl.fma(f, s2, c2)
         if GROUP_AS:
             st, a2 = gl.broadcast(st, ag[:, None])
@@ -189,6 +180,7 @@ def _fold(acc, t, sc_sh, rows, INT8: gl.constexpr, GROUP_AS: gl.constexpr, COL: 
             acc += st
     else:
         if not ZFOLD:
+            sd = sd_sh.load(COL)
             if GROUP_AS:
                 acc -= sd[None, :] * (ag * rs)[:, None]
             else:
@@ -209,7 +201,7 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.co
     new ``t``, group g + 1's row inputs). ``descs``: the three TMA descriptors; ``ring``: the stages' tiles and
     barriers; ``tile``: the program's activation row, column, N and row-input pointers / mask."""
     a_desc, w_desc, sc_desc = descs
-    a_s, w_s, s_s, bars, sbars = ring
+    a_s, w_s, s_s, sd_s, bars, sbars = ring
     a_row, off_n, N, rs_rows, as_rows, mask_m = tile
     st = g % STAGES
     tw = warpgroup_mma_wait(num_outstanding=PENDING * _FOLD_BESIDE_MMA, deps=(t,))
@@ -219,10 +211,10 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.co
         _barrier()  # every warpgroup's MMA of group g is done: its operand tiles can go
         _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, st, g + STAGES, a_row, off_n, BK, refill)
     mbarrier.wait(sbars.index(st), (g // STAGES) & 1)
-    acc = _fold(acc, tw, s_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
+    acc = _fold(acc, tw, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
     if ISSUE:
         _barrier()  # every warp is done with group g's scales
-        _scales_to_shared(sc_desc, s_s, sbars, st, g + STAGES, off_n, N, refill)
+        _scales_to_shared(sc_desc, s_s, sd_s, sbars, st, g + STAGES, off_n, N, refill, _factor_rows(INT8, ZFOLD))
         nx = (g + 2) % STAGES
         mbarrier.wait(bars.index(nx), ((g + 2) // STAGES) & 1)
         t = warpgroup_mma(a_s.index(nx), w_s.index(nx).permute((1, 0)), tw, use_acc=False, is_async=True)
@@ -249,10 +241,10 @@ def _w4a8_wgmma_kernel(
     a_row = part * M + off_m
 
     a_s = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, BK], a_desc.layout)
-    w_s, s_s, bars, sbars = _weight_ring(w_desc, sc_desc, STAGES, BN, BK, 1)
+    w_s, s_s, sd_s, bars, sbars = _weight_ring(w_desc, sc_desc, STAGES, BN, BK, 1)
     for i in gl.static_range(STAGES):  # group i in stage i
         _operands_to_shared(a_desc, w_desc, a_s, w_s, bars, i, i, a_row, off_n, BK, i < G)
-        _scales_to_shared(sc_desc, s_s, sbars, i, i, off_n, N, i < G)
+        _scales_to_shared(sc_desc, s_s, sd_s, sbars, i, i, off_n, N, i < G, _factor_rows(INT8, ZFOLD))
 
     offs_m = off_m + gl.arange(0, BM, layout=ROW)
     offs_n = off_n + gl.arange(0, BN, layout=COL)
@@ -261,7 +253,7 @@ def _w4a8_wgmma_kernel(
     acc = gl.zeros([BM, BN], gl.float32, MMA)
 
     descs = (a_desc, w_desc, sc_desc)
-    ring = (a_s, w_s, s_s, bars, sbars)
+    ring = (a_s, w_s, s_s, sd_s, bars, sbars)
     tile = (a_row, off_n, N, rs_rows, as_rows, mask_m)
     # group g + 2's MMA writes the registers group g's fold freed; two steps per trip, so the two sums' registers
     # keep their roles (G even)
@@ -297,7 +289,7 @@ def _ws_step(acc, t, t_free, f, c, g, G, ring, rows_in, h: gl.constexpr, INT8: g
     (ISSUE) start group g + 1's MMA in ``t_free``'s registers, fold group g from ``t`` (its MMA already retired), hand
     its stage back to the loader, then wait for group g + 1's MMA — the fold never reads the registers of an MMA in
     flight, so ptxas keeps the wgmmas asynchronous. Returns (acc, group g + 1's sums, its row inputs)."""
-    a_s, w_s, s_s, ready, empty = ring
+    a_s, w_s, s_s, sd_s, ready, empty = ring
     rs_rows, as_rows, mask_m = rows_in
     st = (c + g) % STAGES
     if ISSUE:
@@ -305,7 +297,7 @@ def _ws_step(acc, t, t_free, f, c, g, G, ring, rows_in, h: gl.constexpr, INT8: g
     else:
         t_next = t_free
     fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
-    acc = _fold(acc, t, s_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
+    acc = _fold(acc, t, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
     _barrier()  # this warpgroup's warps are done with the stage: their MMA and their scale loads
     fence_async_shared()  # the scale loads ordered before the loader's TMA overwrites them
     mbarrier.arrive(empty.index(st), count=1)
@@ -316,15 +308,15 @@ def _ws_step(acc, t, t_free, f, c, g, G, ring, rows_in, h: gl.constexpr, INT8: g
 
 @gluon.jit
 def _ws_load(ring, descs, dims, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr, BK: gl.constexpr,
-             STAGES: gl.constexpr):
+             ROWS: gl.constexpr, STAGES: gl.constexpr):
     """The loader warp: every group of every tile of this program, in order, into the next free stage (both
     activation halves, the weight tile, the column factors), one ``ready`` barrier per stage."""
     a_desc, w_desc, sc_desc = descs
-    a_s, w_s, s_s, ready, empty = ring
+    a_s, w_s, s_s, sd_s, ready, empty = ring
     M, N, K, b1, b2, stride_om = dims
     G = K // BK
     nbytes: gl.constexpr = (2 * a_desc.block_type.nbytes + w_desc.block_type.nbytes
-                            + sc_desc.block_type.nbytes)
+                            + ROWS * sc_desc.block_type.nbytes)
     c = 0
     for tile in range(gl.program_id(0), gl.cdiv(M, BM) * gl.cdiv(N, BN), gl.num_programs(0)):
         off_m, off_n, part = _tile(tile, M, N, b1, b2, BM, BN, GROUP_M)
@@ -337,7 +329,9 @@ def _ws_load(ring, descs, dims, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.
             tma.async_copy_global_to_shared(a_desc, [a_row, g * BK], bar, a_s.index(2 * st))
             tma.async_copy_global_to_shared(a_desc, [a_row + BM // 2, g * BK], bar, a_s.index(2 * st + 1))
             tma.async_copy_global_to_shared(w_desc, [off_n, g * BK], bar, w_s.index(st))
-            tma.async_copy_global_to_shared(sc_desc, [2 * (g * N + off_n)], bar, s_s.index(st))
+            tma.async_copy_global_to_shared(sc_desc, [2 * g * N + off_n], bar, s_s.index(st))
+            if ROWS == 2:
+                tma.async_copy_global_to_shared(sc_desc, [(2 * g + 1) * N + off_n], bar, sd_s.index(st))
             c += 1
 
 
@@ -354,7 +348,7 @@ def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.
     ROW: gl.constexpr = gl.SliceLayout(1, MMA)
     COL: gl.constexpr = gl.SliceLayout(0, MMA)
     a_s, w_s = ring[0], ring[1]
-    ready = ring[3]
+    ready = ring[4]
     G = K // BK
     zero = gl.zeros([BMW, BN], gl.int32 if INT8 else gl.float32, MMA)
     c = 0
@@ -389,7 +383,7 @@ def _ws_partition(ring, descs, ptrs, dims, ROLE: gl.constexpr, INT8: gl.constexp
     """Role 0 / 1: the MMA warpgroup of the tile's first / second row half; 2: the loader warp (one signature for
     every partition)."""
     if ROLE == 2:
-        _ws_load(ring, descs, dims, BM, BN, GROUP_M, BK, STAGES)
+        _ws_load(ring, descs, dims, BM, BN, GROUP_M, BK, _factor_rows(INT8, ZFOLD), STAGES)
     else:
         _ws_mma(ring, ptrs, dims, ROLE, INT8, GROUP_AS, BM, BN, GROUP_M, BK, ZFOLD, STAGES)
 
@@ -409,8 +403,8 @@ def _w4a8_wgmma_ws_kernel(
     gl.static_assert(BM == 128, "two 64-row MMA warpgroups")
     gl.static_assert(STAGES >= 3, "groups g, g + 1 in flight and g + 2 loaded")
     a_s = gl.allocate_shared_memory(a_desc.dtype, [2 * STAGES, BM // 2, BK], a_desc.layout)
-    w_s, s_s, ready, empty = _weight_ring(w_desc, sc_desc, STAGES, BN, BK, 2)  # empty: both warpgroups arrive
-    ring = (a_s, w_s, s_s, ready, empty)
+    w_s, s_s, sd_s, ready, empty = _weight_ring(w_desc, sc_desc, STAGES, BN, BK, 2)  # empty: both warpgroups arrive
+    ring = (a_s, w_s, s_s, sd_s, ready, empty)
     descs = (a_desc, w_desc, sc_desc)
     ptrs = (as_ptr, rs_ptr, out_ptr)
     dims = (M, N, K, b1, b2, stride_om)
@@ -445,13 +439,13 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
          out: torch.Tensor, cfg: dict, zfold: bool) -> torch.Tensor:
     """``out[:M]`` = the W4A8 GEMM of ``A [P, M, K]`` (int8, or e4m3 codes as uint8) and the call's 8-bit weight copy
     ``w8 [N, K]`` (int8 / uint8 e4m3; ``zfold``: ``q - z``, else ``q - 2^(b-1)``) with its column factors
-    ``sc [G, N / 2, 2, 2]`` (both from :func:`.triton.unpack_w8`; the kernel reads ``sc`` flat, one ``[2 BN]`` TMA
-    tile per group and N-block: a partial last block reads the next group's head, columns that are not stored);
-    ``cfg``: BM, BN, STAGES, GROUP_M, num_warps (BN a multiple of 32, the widths measured: call 130 faulted at 16,
-    whose ``[BN]`` scale tiles then landed off TMA's 128-byte alignment)."""
+    ``sc [2 G, N]`` (both from :func:`.triton.unpack_w8`; the kernel reads ``sc`` flat, one ``[BN]`` TMA tile per row
+    and N-block: a partial last block reads the next row's head, columns that are not stored); ``cfg``: BM, BN,
+    STAGES, GROUP_M, num_warps (BN at least 32: each stage's ``[BN]`` fp32 scale tile lands 128-byte aligned, as TMA
+    needs)."""
     if cfg["BN"] % 32:
         raise ValueError(f"w4a8_gemm: the wgmma kernels need column blocks of at least 32 (partition bounds {bounds} "
-                         f"give {cfg['BN']}): narrower ones are not measured (16 faulted on TMA alignment, call 130)")
+                         f"give {cfg['BN']}): each stage's scale tile must land 128-byte aligned for TMA")
     P, M, K = A.shape
     N = w8.shape[0]
     int8 = A.dtype == torch.int8
@@ -462,7 +456,7 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
     ws = cfg.get("ws", False)
     a_desc = tma_tiles.descriptor(A.view(P * M, K).view(el), [cfg["BM"] // (2 if ws else 1), GROUP], gel)
     w_desc = tma_tiles.descriptor(w8.view(el), [cfg["BN"], GROUP], gel)
-    sc_desc = tma_tiles.descriptor(sc.view(-1), [2 * cfg["BN"]], gl.float32, swizzle=False)
+    sc_desc = tma_tiles.descriptor(sc.view(-1), [cfg["BN"]], gl.float32, swizzle=False)
     b = list(bounds) + [N] * (4 - len(bounds))
     tiles = -(-M // cfg["BM"]) * -(-N // cfg["BN"])
     args = (a_desc, w_desc, sc_desc, AS, RS, out, M, N, K, b[1], b[2], out.stride(0))
