@@ -89,37 +89,36 @@ def _tile(t, M, N, b1, b2, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.const
 
 
 @gluon.jit
-def _row_loads(rs_rows, as_rows, mask_m, g, GROUP_AS: gl.constexpr, ZFOLD: gl.constexpr):
+def _row_loads(rows_in, g, GROUP_AS: gl.constexpr, ZFOLD: gl.constexpr):
     """Group g's row inputs: the activations' row sums (not with ZFOLD) and (GROUP_AS) scales."""
+    rs_ptr, as_ptr, rows, G, mask_m = rows_in
     if ZFOLD:
         rs = gl.where(mask_m, 0.0, 0.0)
     else:
-        rs = gl.load(rs_rows + g, mask=mask_m, other=0.0)
+        rs = gl.load(rs_ptr + (rows * G + g), mask=mask_m, other=0.0)
     if GROUP_AS:
-        ag = gl.load(as_rows + g, mask=mask_m, other=0.0)
+        ag = gl.load(as_ptr + (rows * G + g), mask=mask_m, other=0.0)
     else:
         ag = rs
     return rs, ag
 
 
 @gluon.jit
-def _row_inputs(rs_ptr, as_ptr, offs_m, part, M, G, GROUP_AS: gl.constexpr):
-    """The tile rows' pointers to their row sums and activation scales (partition ``part``'s rows) and their mask."""
-    mask_m = offs_m < M
-    rows = (part * M + offs_m).to(gl.int64)
-    if GROUP_AS:
-        as_rows = as_ptr + rows * G
-    else:
-        as_rows = as_ptr + rows
-    return rs_ptr + rows * G, as_rows, mask_m
+def _row_inputs(rs_ptr, as_ptr, offs_m, part, M, G):
+    """The tile rows' inputs: the row-sum and activation-scale bases, each row's index ``r`` in them (partition
+    ``part``'s rows; group ``g`` of row ``r`` at ``r G + g``, a per-token scale at ``r``) — a 32-bit register per row
+    beside the fold, not a 64-bit pointer —, G and the rows' mask."""
+    return rs_ptr, as_ptr, part * M + offs_m, G, offs_m < M
 
 
 @gluon.jit
-def _store(acc, rows_in, offs_m, offs_n, N, out_ptr, stride_om, GROUP_AS: gl.constexpr):
-    """The tile's bf16 output (per-token activation scales applied here); rows past M, columns past N untouched."""
-    rs_rows, as_rows, mask_m = rows_in
+def _store(acc, rows_in, offs_m, off_n, N, out_ptr, stride_om, GROUP_AS: gl.constexpr, COL: gl.constexpr):
+    """The tile's bf16 output (per-token activation scales applied here); rows past M, columns past N untouched. The
+    columns' indices are made here, after the group loop, so they are not live beside the fold."""
+    offs_n = off_n + gl.arange(0, acc.shape[1], layout=COL)
+    rs_ptr, as_ptr, rows, G, mask_m = rows_in
     if not GROUP_AS:
-        acc *= gl.load(as_rows, mask=mask_m, other=0.0)[:, None]
+        acc *= gl.load(as_ptr + rows, mask=mask_m, other=0.0)[:, None]
     out = out_ptr + offs_m.to(gl.int64)[:, None] * stride_om + offs_n[None, :]
     gl.store(out, acc.to(gl.bfloat16), mask=mask_m[:, None] & (offs_n < N)[None, :])
 
@@ -199,13 +198,13 @@ def _step(acc, t, f, g, G, PENDING: gl.constexpr, descs, ring, tile, INT8: gl.co
     refill its stage with group g + STAGES (the operand tiles before the fold, which reads only the scales: 5-7 %
     faster than after on 128x128, H200 call 47) and (ISSUE) start group g + 2's MMA in ``t``'s registers: (acc, the
     new ``t``, group g + 1's row inputs). ``descs``: the three TMA descriptors; ``ring``: the stages' tiles and
-    barriers; ``tile``: the program's activation row, column, N and row-input pointers / mask."""
+    barriers; ``tile``: the program's activation row, column, N and row inputs (:func:`_row_inputs`)."""
     a_desc, w_desc, sc_desc = descs
     a_s, w_s, s_s, sd_s, bars, sbars = ring
-    a_row, off_n, N, rs_rows, as_rows, mask_m = tile
+    a_row, off_n, N, rows_in = tile
     st = g % STAGES
     tw = warpgroup_mma_wait(num_outstanding=PENDING * _FOLD_BESIDE_MMA, deps=(t,))
-    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
+    fn = _row_loads(rows_in, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
     refill = g + STAGES < G
     if ISSUE:
         _barrier()  # every warpgroup's MMA of group g is done: its operand tiles can go
@@ -247,21 +246,20 @@ def _w4a8_wgmma_kernel(
         _scales_to_shared(sc_desc, s_s, sd_s, sbars, i, i, off_n, N, i < G, _factor_rows(INT8, ZFOLD))
 
     offs_m = off_m + gl.arange(0, BM, layout=ROW)
-    offs_n = off_n + gl.arange(0, BN, layout=COL)
-    rs_rows, as_rows, mask_m = _row_inputs(rs_ptr, as_ptr, offs_m, part, M, G, GROUP_AS)
+    rows_in = _row_inputs(rs_ptr, as_ptr, offs_m, part, M, G)
     zero = gl.zeros([BM, BN], gl.int32 if INT8 else gl.float32, MMA)
     acc = gl.zeros([BM, BN], gl.float32, MMA)
 
     descs = (a_desc, w_desc, sc_desc)
     ring = (a_s, w_s, s_s, sd_s, bars, sbars)
-    tile = (a_row, off_n, N, rs_rows, as_rows, mask_m)
+    tile = (a_row, off_n, N, rows_in)
     # group g + 2's MMA writes the registers group g's fold freed; two steps per trip, so the two sums' registers
     # keep their roles (G even)
     mbarrier.wait(bars.index(0), 0)
     t_a = warpgroup_mma(a_s.index(0), w_s.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
     mbarrier.wait(bars.index(1), 0)
     t_b = warpgroup_mma(a_s.index(1), w_s.index(1).permute((1, 0)), zero, use_acc=False, is_async=True)
-    f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS, ZFOLD)
+    f = _row_loads(rows_in, 0, GROUP_AS, ZFOLD)
     for g in range(0, G - 2, 2):
         acc, t_a, f = _step(acc, t_a, f, g, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, ZFOLD, True)
         acc, t_b, f = _step(acc, t_b, f, g + 1, G, 1, descs, ring, tile, INT8, GROUP_AS, COL, STAGES, BK, ZFOLD, True)
@@ -270,7 +268,7 @@ def _w4a8_wgmma_kernel(
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
         mbarrier.invalidate(sbars.index(i))
-    _store(acc, (rs_rows, as_rows, mask_m), offs_m, offs_n, N, out_ptr, stride_om, GROUP_AS)
+    _store(acc, rows_in, offs_m, off_n, N, out_ptr, stride_om, GROUP_AS, COL)
 
 
 @gluon.jit
@@ -290,13 +288,12 @@ def _ws_step(acc, t, t_free, f, c, g, G, ring, rows_in, h: gl.constexpr, INT8: g
     its stage back to the loader, then wait for group g + 1's MMA — the fold never reads the registers of an MMA in
     flight, so ptxas keeps the wgmmas asynchronous. Returns (acc, group g + 1's sums, its row inputs)."""
     a_s, w_s, s_s, sd_s, ready, empty = ring
-    rs_rows, as_rows, mask_m = rows_in
     st = (c + g) % STAGES
     if ISSUE:
         t_next = _ws_issue(a_s, w_s, ready, c + g + 1, h, t_free, STAGES)
     else:
         t_next = t_free
-    fn = _row_loads(rs_rows, as_rows, mask_m, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
+    fn = _row_loads(rows_in, gl.minimum(g + 1, G - 1), GROUP_AS, ZFOLD)
     acc = _fold(acc, t, s_s.index(st), sd_s.index(st), f, INT8, GROUP_AS, COL, ZFOLD)
     _barrier()  # this warpgroup's warps are done with the stage: their MMA and their scale loads
     fence_async_shared()  # the scale loads ordered before the loader's TMA overwrites them
@@ -355,13 +352,11 @@ def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.
     for tile in range(gl.program_id(0), gl.cdiv(M, BM) * gl.cdiv(N, BN), gl.num_programs(0)):
         off_m, off_n, part = _tile(tile, M, N, b1, b2, BM, BN, GROUP_M)
         offs_m = off_m + h * BMW + gl.arange(0, BMW, layout=ROW)
-        offs_n = off_n + gl.arange(0, BN, layout=COL)
-        rows_in = _row_inputs(rs_ptr, as_ptr, offs_m, part, M, G, GROUP_AS)
-        rs_rows, as_rows, mask_m = rows_in
+        rows_in = _row_inputs(rs_ptr, as_ptr, offs_m, part, M, G)
         acc = gl.zeros([BMW, BN], gl.float32, MMA)
         t_a = warpgroup_mma_wait(num_outstanding=0, deps=(_ws_issue(a_s, w_s, ready, c, h, zero, STAGES),))
         t_b = zero
-        f = _row_loads(rs_rows, as_rows, mask_m, 0, GROUP_AS, ZFOLD)
+        f = _row_loads(rows_in, 0, GROUP_AS, ZFOLD)
         # two steps per trip, so the two sums' registers keep their roles (G even): group g's in t_a, g + 1's in t_b
         for g in range(0, G - 2, 2):
             acc, t_b, f = _ws_step(acc, t_a, t_b, f, c, g, G, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
@@ -373,7 +368,7 @@ def _ws_mma(ring, ptrs, dims, h: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.
         acc, t_a, f = _ws_step(acc, t_b, t_a, f, c, G - 1, G, ring, rows_in, h, INT8, GROUP_AS, COL, STAGES, ZFOLD,
                                False)
         c += G
-        _store(acc, rows_in, offs_m, offs_n, N, out_ptr, stride_om, GROUP_AS)
+        _store(acc, rows_in, offs_m, off_n, N, out_ptr, stride_om, GROUP_AS, COL)
 
 
 @gluon.jit
