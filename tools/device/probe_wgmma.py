@@ -1,15 +1,15 @@
-"""H200 probe (sessions 7, 21, 22): what limits the Gluon Hopper prefill kernel
+"""H200 probe (sessions 7, 21-23): what limits the Gluon Hopper prefill kernel
 (:mod:`radiance_kernels.ops.w4a8_gemm.wgmma`)?
 
 Times the kernel alone (its per-call operands — the 8-bit weight copy and the column factors — built once, outside
-the timing) at M = 2048 on the qkv and gate_up shapes (gate_up also at 8192), e4m3 per-token and int8 per-group
-activations, for every wgmma config (the warp-specialised ``ws`` ones too) and its ablations, each compiled with a
-helper of the module swapped before compiling: ``nofold`` (each group's sums added to the accumulator unscaled: the
-MMA / TMA pipeline alone, the row-input loads gone with the fold), for int8 rows ``noas`` (the fold without the
-per-group activation scales: their loads gone, the operations kept) and ``beside`` (sessions 7-21's schedule: a
-group's fold beside the next group's MMAs, ``wait_group 1`` — which ptxas answers by serialising every wgmma). In the
-same run: the library's per-tensor fp8 GEMM on the same M, N, K (the prefill bar's ceiling) and its 1x128
-block-scaled GEMM on the same 8-bit operand.
+the timing; int4 weights, ``--bits 5`` int5) at M = 2048 on the qkv and gate_up shapes (gate_up also at 8192), e4m3
+per-token and int8 per-group activations, for every wgmma config (the warp-specialised ``ws`` ones too) and its
+ablations, each compiled with a helper of the module swapped before compiling: ``nofold`` (each group's sums added
+to the accumulator unscaled: the MMA / TMA pipeline alone, the row-input loads gone with the fold), for int8 rows
+``noas`` (the fold without the per-group activation scales: their loads gone, the operations kept) and ``beside``
+(sessions 7-21's schedule: a group's fold beside the next group's MMAs, ``wait_group 1`` — which ptxas answers by
+serialising every wgmma). In the same run: the library's per-tensor fp8 GEMM on the same M, N, K (the prefill bar's
+ceiling) and its 1x128 block-scaled GEMM on the same 8-bit operand.
 
     python tools/device/probe_wgmma.py OUT.json [--configs wgmmaws ...] [--variants "" nofold ...] [--shapes 0 2]
     ncu ... python tools/device/probe_wgmma.py --launch wgmmaws nofold --act "int8 group" --shapes 1
@@ -73,19 +73,19 @@ def _use(variant: str) -> None:
             fn.device_caches.clear()
 
 
-def _operands(N: int, K: int, M: int, act: str):
-    """The shape's int4 weights (8-bit copy, column factors) and one activation set of ``act``."""
+def _operands(N: int, K: int, M: int, act: str, bits: int):
+    """The shape's ``bits``-wide weights (8-bit copy, column factors) and one activation set of ``act``."""
     g = torch.Generator(device="cuda").manual_seed(0)
-    codes = torch.randint(0, 16, (K, N), generator=g, device="cuda", dtype=torch.uint8)
-    zeros = torch.randint(0, 16, (K // 128, N), generator=g, device="cuda", dtype=torch.uint8)
+    codes = torch.randint(0, 1 << bits, (K, N), generator=g, device="cuda", dtype=torch.uint8)
+    zeros = torch.randint(0, 1 << bits, (K // 128, N), generator=g, device="cuda", dtype=torch.uint8)
     scales = (torch.rand(K // 128, N, generator=g, device="cuda") * 0.01 + 1e-3).half()
-    w = prepare_codes(codes, zeros, scales, 4)
+    w = prepare_codes(codes, zeros, scales, bits)
     int8 = act.startswith("int8")
     A = (torch.randint(-100, 100, (1, M, K), device="cuda", dtype=torch.int8) if int8 else
          torch.randint(0, 0x7E, (1, M, K), device="cuda", dtype=torch.uint8))
     AS = torch.rand(1, M, K // 128, device="cuda") if int8 else torch.rand(1, M, device="cuda")
     RS = torch.rand(1, M, K // 128, device="cuda")
-    zfold = wgmma.zero_folds(4, int8)
+    zfold = wgmma.zero_folds(bits, int8)
     w8, sc = impl.unpack_w8(w, int8, zfold=zfold, scales=True)
     return w, (A, AS, RS, w8, sc, [0, N], torch.empty(M, N, dtype=torch.bfloat16, device="cuda")), zfold
 
@@ -103,13 +103,14 @@ def _call(base: str, variant: str, M: int, N: int, K: int, args, zfold: bool, mo
 def main(a) -> None:
     if a.launch:
         (_, N, K, M), = [SHAPES[i] for i in a.shapes]
-        _, args, zfold = _operands(N, K, M, a.act)
+        _, args, zfold = _operands(N, K, M, a.act, a.bits)
         fn = _call(*a.launch, M, N, K, args, zfold)
         for _ in range(4):
             fn()
         torch.cuda.synchronize()
         return
-    out = {"date": __import__("datetime").datetime.now().isoformat(), "gpu": torch.cuda.get_device_name(), "rows": []}
+    out = {"date": __import__("datetime").datetime.now().isoformat(), "gpu": torch.cuda.get_device_name(),
+           "bits": a.bits, "rows": []}
     baseline = None
     if a.baseline:
         spec = importlib.util.spec_from_file_location("wgmma_baseline", a.baseline)
@@ -118,7 +119,7 @@ def main(a) -> None:
     for name, N, K, M in (SHAPES[i] for i in a.shapes):
         flops = 2 * M * N * K
         for act in ACTS:
-            w, args, zfold = _operands(N, K, M, act)
+            w, args, zfold = _operands(N, K, M, act, a.bits)
             for base in a.configs:
                 for variant in a.variants:
                     ws = impl.PREFILL[base]["ws"]
@@ -163,6 +164,7 @@ if __name__ == "__main__":
     p.add_argument("--launch", nargs=2, metavar=("CONFIG", "VARIANT"))
     p.add_argument("--act", default="int8 group", choices=ACTS)
     p.add_argument("--baseline", help="another revision's wgmma.py, timed beside")
+    p.add_argument("--bits", type=int, default=4, choices=(4, 5), help="weight width (int5: e4m3 keeps the row sums)")
     args = p.parse_args()
     if not (args.out or args.launch):
         p.error("an output path, or --launch")
