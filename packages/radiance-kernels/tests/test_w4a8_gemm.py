@@ -1034,6 +1034,20 @@ def test_wgmma_refuses_narrow_column_blocks():
         wgmma.gemm(None, None, None, None, None, [0, 2000, 3000], None, {"BN": 16}, True)
 
 
+def test_wgmma_refuses_rows_past_32_bit_indices():
+    """The row inputs' offsets ``r G + g`` are 32-bit: a call whose P M G reaches 2^31 is refused by name, one row
+    under it is not (meta tensors: no memory)."""
+    from radiance_kernels.ops.w4a8_gemm import wgmma
+
+    K, G = 17408, 17408 // wgmma.GROUP
+    over = torch.empty(1, -(-(2**31) // G), K, dtype=torch.int8, device="meta")
+    with pytest.raises(ValueError, match="32 bits"):
+        wgmma.gemm(over, None, None, None, None, [0], None, {"BN": 128}, True)
+    under = torch.empty(1, (2**31 - 1) // G, K, dtype=torch.int8, device="meta")
+    with pytest.raises(AttributeError):  # past the check: the missing weights are the next thing read
+        wgmma.gemm(under, None, None, None, None, [0], None, {"BN": 128}, True)
+
+
 def test_wgmma_refuses_where_it_cannot_run(device):
     """Off sm_90 (and under the interpreter), or with K not a multiple of 256, the wgmma config names what it
     needs; a config without predeq is refused."""

@@ -442,6 +442,9 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
         raise ValueError(f"w4a8_gemm: the wgmma kernels need column blocks of at least 32 (partition bounds {bounds} "
                          f"give {cfg['BN']}): each stage's scale tile must land 128-byte aligned for TMA")
     P, M, K = A.shape
+    if P * M * (K // GROUP) >= 2**31:
+        raise ValueError(f"w4a8_gemm: the wgmma kernels index the row inputs (row sums, activation scales) in 32 bits: "
+                         f"{P} x {M} rows x {K // GROUP} groups reach 2^31; split the call's rows")
     N = w8.shape[0]
     int8 = A.dtype == torch.int8
     if int8:
