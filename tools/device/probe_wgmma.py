@@ -60,8 +60,8 @@ def _nothing():
 #: each variant: the module globals it swaps before compiling (every jit function re-hashed); ``nofence`` (ws only,
 #: timing only: the loader may refill a stage before a warp's scale loads have read it) drops the proxy fence before
 #: an MMA warpgroup hands a stage back — its ``MEMBAR.ALL.CTA`` waits for the warp's loads in flight, the next group's
-#: row inputs among them. (Dropping the warpgroup's named barrier there measures nothing: Triton's shared-memory
-#: analysis puts one back before the ``mbarrier.arrive``.)
+#: row inputs among them (call 150: not a cost). (Dropping the warpgroup's named barrier there measures nothing:
+#: Triton's shared-memory analysis puts one back before the ``mbarrier.arrive``.)
 ABLATED = {"": {}, "nofold": {"_fold": _fold_nofold}, "noas": {"_fold": _fold_noas},
            "beside": {"_FOLD_BESIDE_MMA": wgmma.gl.constexpr(1)}, "nofence": {"fence_async_shared": _nothing}}
 WS_ONLY = {"nofence"}
@@ -136,7 +136,7 @@ def main(a) -> None:
                 for variant in a.variants:
                     ws = impl.PREFILL[base]["ws"]
                     if (variant in INT8_ONLY and not act.startswith("int8")) or \
-                            (variant == "beside" and ws) or (variant in WS_ONLY and not ws):
+                            (variant == "beside" and ws) or (variant in WS_ONLY and not ws):  # each its schedule
                         continue
                     t = graph_time([_call(base, variant, M, N, K, args, zfold)], reps=10)
                     out["rows"].append({"proj": name, "M": M, "act": act, "variant": f"{base} {variant}".strip(),

@@ -1035,17 +1035,17 @@ def test_wgmma_refuses_narrow_column_blocks():
 
 
 def test_wgmma_refuses_rows_past_32_bit_indices():
-    """The row inputs' offsets ``r G + g`` are 32-bit: a call whose P M G reaches 2^31 is refused by name, one row
-    under it is not (meta tensors: no memory)."""
+    """The row inputs' offsets ``r G + g`` are 32-bit: a call whose P M G reaches 2^31 is refused by name (at the
+    kernel's entry, before any operand is read), one row under it is not."""
     from radiance_kernels.ops.w4a8_gemm import wgmma
 
     K, G = 17408, 17408 // wgmma.GROUP
     over = torch.empty(1, -(-(2**31) // G), K, dtype=torch.int8, device="meta")
     with pytest.raises(ValueError, match="32 bits"):
         wgmma.gemm(over, None, None, None, None, [0], None, {"BN": 128}, True)
-    under = torch.empty(1, (2**31 - 1) // G, K, dtype=torch.int8, device="meta")
-    with pytest.raises(AttributeError):  # past the check: the missing weights are the next thing read
-        wgmma.gemm(under, None, None, None, None, [0], None, {"BN": 128}, True)
+    wgmma.check_row_offsets(1, (2**31 - 1) // G, K)
+    with pytest.raises(ValueError, match="32 bits"):
+        wgmma.check_row_offsets(3, -(-(2**31) // (3 * G)), K)
 
 
 def test_wgmma_refuses_where_it_cannot_run(device):

@@ -430,6 +430,14 @@ def zero_folds(bits: int, int8: bool) -> bool:
     return int8 or bits == 4
 
 
+def check_row_offsets(P: int, M: int, K: int) -> None:
+    """The kernels index the row inputs (row sums, activation scales) at ``r G + g`` in 32 bits: refuse a call whose
+    ``P M G`` reaches 2^31."""
+    if P * M * (K // GROUP) >= 2**31:
+        raise ValueError(f"w4a8_gemm: the wgmma kernels index the row inputs (row sums, activation scales) in 32 bits: "
+                         f"{P} x {M} rows x {K // GROUP} groups reach 2^31; split the call's rows")
+
+
 def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, sc: torch.Tensor, bounds: list[int],
          out: torch.Tensor, cfg: dict, zfold: bool) -> torch.Tensor:
     """``out[:M]`` = the W4A8 GEMM of ``A [P, M, K]`` (int8, or e4m3 codes as uint8) and the call's 8-bit weight copy
@@ -442,9 +450,7 @@ def gemm(A: torch.Tensor, AS: torch.Tensor, RS: torch.Tensor, w8: torch.Tensor, 
         raise ValueError(f"w4a8_gemm: the wgmma kernels need column blocks of at least 32 (partition bounds {bounds} "
                          f"give {cfg['BN']}): each stage's scale tile must land 128-byte aligned for TMA")
     P, M, K = A.shape
-    if P * M * (K // GROUP) >= 2**31:
-        raise ValueError(f"w4a8_gemm: the wgmma kernels index the row inputs (row sums, activation scales) in 32 bits: "
-                         f"{P} x {M} rows x {K // GROUP} groups reach 2^31; split the call's rows")
+    check_row_offsets(P, M, K)
     N = w8.shape[0]
     int8 = A.dtype == torch.int8
     if int8:
