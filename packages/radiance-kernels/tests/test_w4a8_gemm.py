@@ -621,6 +621,22 @@ def test_unpack_w8_zfold_bit_exact(bits, int8, device):
     assert torch.equal(sc.double().cpu(), want_sc.cpu())  # exact: fp32 holds each factor without rounding
 
 
+@pytest.mark.parametrize("bounds", [[0, 96], [0, 64, 96], [0, 16, 48, 96]])
+def test_unpack_w8_scale_blocks(bounds, device):
+    """Blockwise's launch: the zero-folded e4m3 operand and the scales ``s`` fp32 as one contiguous ``[G, hi - lo]``
+    block per partition, at ``G lo`` of the flat output (the library GEMM's ``scale_b`` slices)."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    w = prepare_codes(*weights(256, 96, 4, zkind="extremes", device=device), 4)
+    _, _, s = unprepare(w)
+    w8, sb = impl.unpack_w8(w, False, zfold=True, blocks=bounds)
+    assert torch.equal(w8.cpu(), impl.unpack_w8(w, False, zfold=True).cpu())
+    want = torch.cat([s[:, lo:hi].float().flatten() for lo, hi in itertools.pairwise(bounds)])
+    assert sb.shape == (2 * 96,) and torch.equal(sb.cpu(), want.cpu())
+    with pytest.raises(ValueError, match="not both"):
+        impl.unpack_w8(w, False, scales=True, blocks=bounds)
+
+
 def emulated_scaled_mm(a, b, scale_a, scale_b, out_dtype, out=None):
     """``torch._scaled_mm``'s 1x128 x 1x128 recipe in fp64, asserting the layouts torch checks for it: ``a
     [M, K]`` row-major e4m3, ``b [K, N]`` column-major, ``scale_a [M, K/128]`` M-contiguous, ``scale_b [K/128,

@@ -129,21 +129,28 @@ def w8_operand(c, INT8: tl.constexpr, HW: tl.constexpr):
 
 
 @triton.jit
-def _unpack_w8_kernel(wq_ptr, wh_ptr, sz_ptr, w8_ptr, sc_ptr, N, K, BITS: tl.constexpr, INT8: tl.constexpr,
-                      HW: tl.constexpr, ZFOLD: tl.constexpr, SCALES: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr):
+def _unpack_w8_kernel(wq_ptr, wh_ptr, sz_ptr, w8_ptr, sc_ptr, N, K, b1, b2, BITS: tl.constexpr, INT8: tl.constexpr,
+                      HW: tl.constexpr, ZFOLD: tl.constexpr, SCALES: tl.constexpr, BLOCKS: tl.constexpr,
+                      BK: tl.constexpr, BN: tl.constexpr):
     """``w8 [N, K]`` (K-contiguous) = :func:`w8_operand` of ``c = q - 2^(BITS-1)`` (ZFOLD: ``c - d = q - z``, the
     group's zero folded in), e4m3 as its uint8 bytes; SCALES: also the fold's column factors ``sc [2 G, N]`` fp32 (rows
-    2g, 2g + 1: ``s``, ``s d``; int8 with the zero folded in: ``s``, ``-1.5 * 2^23 * s``, exact as ``s`` is fp16). One
-    [BK, BN] tile per program (grid K/BK x N/BN, BK = the group)."""
+    2g, 2g + 1: ``s``, ``s d``; int8 with the zero folded in: ``s``, ``-1.5 * 2^23 * s``, exact as ``s`` is fp16);
+    BLOCKS: instead ``sc`` flat ``[G N]`` holds ``s`` fp32 as one contiguous ``[G, hi - lo]`` block per partition
+    (columns ``lo .. hi`` of bounds ``0, b1, b2, N``; block at ``G lo``): the library GEMM's ``scale_b`` per partition.
+    One [BK, BN] tile per program (grid K/BK x N/BN, BK = the group)."""
     g = tl.program_id(0)
     k0 = g * BK
     offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
     mask_n = offs_n < N
     c = load_codes(wq_ptr, wh_ptr, k0, offs_n, mask_n, N, BITS, BK, BN) - (1 << (BITS - 1))
-    if ZFOLD or SCALES:
+    if ZFOLD or SCALES or BLOCKS:
         sz = tl.load(sz_ptr + g * N + offs_n, mask=mask_n, other=0)
     if ZFOLD:
         c -= (sz >> 16)[None, :]
+    if BLOCKS:
+        lo = tl.where(offs_n >= b2, b2, tl.where(offs_n >= b1, b1, 0))
+        hi = tl.where(offs_n >= b2, N, tl.where(offs_n >= b1, b2, b1))
+        tl.store(sc_ptr + (K // BK) * lo + g * (hi - lo) + offs_n - lo, sz_scale(sz), mask=mask_n)
     if SCALES:
         s = sz_scale(sz)
         tl.store(sc_ptr + 2 * g * N + offs_n, s, mask=mask_n)
@@ -874,7 +881,7 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
     def library(out):
         if no_blockwise:
             raise ValueError(f"w4a8_gemm: the blockwise prefill config needs {no_blockwise}")
-        return blockwise.gemm(A, AS, w, bounds, out, lambda: unpack_w8(w, False, zfold=True))
+        return blockwise.gemm(A, AS, bounds, out, lambda: unpack_w8(w, False, zfold=True, blocks=bounds))
 
     def hopper(out, cfg):
         from radiance_kernels.ops.w4a8_gemm import wgmma  # Gluon: imported where it can run
@@ -923,17 +930,25 @@ def _mma2_kernel():
 UNPACK_BN = 64  # the unpack kernel's tile: one 128-group x 64 columns (4 warps, 64 codes per thread)
 
 
-def unpack_w8(w: W4Prepared, int8: bool, zfold: bool = False, scales: bool = False):
+def unpack_w8(w: W4Prepared, int8: bool, zfold: bool = False, scales: bool = False,
+              blocks: list[int] | None = None):
     """The ``predeq`` weight operand ``w8 [N, K]`` (K-contiguous, as fp8 / int8 wgmma wants both operands):
     ``c = q - 2^(b-1)`` (``zfold``: ``q - z``, :mod:`.blockwise`'s operand) as e4m3 bytes (uint8) for e4m3
     activations, int8 for int8 activations; ``scales``: ``(w8, sc)`` with the fold's column factors ``sc [2 G, N]``
     fp32 (rows 2g, 2g + 1: ``s[g]``, ``s[g] d[g]``; int8 and ``zfold``: ``s[g]``, ``-1.5 * 2^23 * s[g]``;
-    :mod:`.wgmma`'s). One launch, fresh buffers per call."""
+    :mod:`.wgmma`'s); ``blocks`` (partition bounds ``[0, .., N]``): ``(w8, sb)`` with the scales ``s`` fp32 flat
+    ``[G N]``, partition ``[lo, hi)``'s as the contiguous ``[G, hi - lo]`` at ``G lo`` (:mod:`.blockwise`'s
+    ``scale_b``). One launch, fresh buffers per call."""
+    if scales and blocks is not None:
+        raise ValueError("unpack_w8: the fold's column factors (scales) or s in partition blocks (blocks), not both")
     K, N = w.wq.shape[0] * 8, w.wq.shape[1]
     w8 = torch.empty(N, K, dtype=torch.int8 if int8 else torch.uint8, device=w.wq.device)
-    sc = torch.empty(2 * K // GROUP if scales else 0, N, dtype=torch.float32, device=w.wq.device)
+    rows = 2 * K // GROUP if scales else K // GROUP if blocks is not None else 0
+    sc = torch.empty(rows, N, dtype=torch.float32, device=w.wq.device)
+    b = list(blocks or [0]) + [N] * (4 - len(blocks or [0]))
     _unpack_w8_kernel[(K // GROUP, triton.cdiv(N, UNPACK_BN))](
-        w.wq, w.wh if w.bits == 5 else w.wq, w.sz, w8, sc, N, K, BITS=w.bits, INT8=int8, HW=not triton_interpreted(),
-        ZFOLD=zfold, SCALES=scales, BK=GROUP, BN=UNPACK_BN, num_warps=4,
+        w.wq, w.wh if w.bits == 5 else w.wq, w.sz, w8, sc, N, K, b[1], b[2], BITS=w.bits, INT8=int8,
+        HW=not triton_interpreted(), ZFOLD=zfold, SCALES=scales, BLOCKS=blocks is not None, BK=GROUP, BN=UNPACK_BN,
+        num_warps=4,
     )
-    return (w8, sc) if scales else w8
+    return (w8, sc.view(-1) if blocks is not None else sc) if scales or blocks is not None else w8
