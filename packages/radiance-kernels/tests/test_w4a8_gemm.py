@@ -253,7 +253,8 @@ def test_split_partials_compile_fullgraph(dynamic, device):
 @pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8p", "mma8n64p", "mma8p:pf0", "mma8p:pf2",
                                   "mma2t", "mma8n64t", "mma8n64t2", "mma2n64t2o12"])
 @pytest.mark.parametrize("elem,grouped,M",
-                         [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5)])
+                         [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5),
+                          ("int8", True, 40)])
 def test_mma2_configs(name, elem, grouped, M):
     """The register-fed mma.sync decode kernel at 3 splits, P = 2, ragged N == reference (exact operands, fp32 /
     int32 sums: only the summation order differs), both operand kinds (fp16; 8-bit: mma8*), the operands from global
@@ -279,10 +280,11 @@ def test_mma2_configs(name, elem, grouped, M):
                                   "mma8n64t2so12", "mma8n64t2so6", "mma2n64t2so16", "mma8n64t2so16"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 3),
-                          ("e4m3", True, 16), ("int8", False, 13), ("int8", True, 9)])
+                          ("e4m3", True, 16), ("int8", False, 13), ("int8", True, 9), ("e4m3", True, 64),
+                          ("int8", False, 33)])
 def test_mma2_swap_configs(name, elem, grouped, M):
-    """Swap-AB (weights on the MMA's rows, tokens on its 8 columns, from the ring; M = 9-16 in two token tiles) ==
-    reference at 3 splits, P = 2, ragged N; above 16 tokens it refuses (the mma2 kernel's limit)."""
+    """Swap-AB (weights on the MMA's rows, tokens on its 8 columns, from the ring; M > 8 in token tiles of 8, up to
+    the decode band's 64) == reference at 3 splits, P = 2, ragged N; past the decode band it refuses."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, K, N, bounds = 2, 640, 448, [0, 128, 448]  # ragged for 128-column tiles (the ring: 64-column blocks)
@@ -294,8 +296,8 @@ def test_mma2_swap_configs(name, elem, grouped, M):
     r, mx = gemm_error(out[:M], ref)
     assert r <= REL and mx <= 4 * REL, (r, mx)
     assert torch.all(out[M:] == 5.0)
-    with pytest.raises(ValueError, match="mma2 is a decode kernel for M <= 16"):
-        impl.config(17, N, K, "decode", False, impl.DECODE[name])
+    with pytest.raises(ValueError, match="mma2 is a decode kernel for M <= 64"):
+        impl.config(65, N, K, "decode", False, impl.DECODE[name])
 
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
@@ -303,7 +305,7 @@ def test_mma2_swap_configs(name, elem, grouped, M):
                                   "mma8t2s", "mma8n64t2so12", "mma8n64t2"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 16),
-                          ("int8", False, 3), ("e4m3", True, 12)])
+                          ("int8", False, 3), ("e4m3", True, 12), ("int8", True, 48)])
 def test_mma2_int5(name, elem, grouped, M):
     """int5 weights on the ring configs (the fifth-bit bytes by TMA beside the nibbles; fp16 operands, or int8 x int8
     for int8 activations; swap-AB at M = 16 in two token tiles) == reference at 3 splits, P = 2, ragged N; the 8-bit
@@ -513,8 +515,11 @@ def test_mma2_refuses_where_it_cannot_run(device):
     w5 = prepare_codes(*weights(256, 256, 5, device=device), 5)
     with pytest.raises(ValueError, match="mma2 (ring )?config"):  # GPUs: int5 needs a ring config
         impl.gemm(A, AS, RS, w5, [0, 256], False, "decode", cfg=impl.DECODE["mma2"])
+    with pytest.raises(ValueError, match="mma2 is a decode kernel for M <= 64"):
+        impl.config(65, 256, 256, "decode", True, impl.DECODE["mma2"])
     with pytest.raises(ValueError, match="mma2 is a decode kernel"):
-        impl.config(17, 256, 256, "decode", True, impl.DECODE["mma2"])
+        impl.config(8, 256, 256, "prefill", True, impl.DECODE["mma2"])
+    assert impl.config(40, 256, 256, "decode", True, impl.DECODE["mma2"])["BM"] == 16  # 16-token tiles, 3 of them
 
 
 def test_mma2_ring_knobs_are_checked():
@@ -735,15 +740,15 @@ def test_config_knobs_raise():
 
 
 def test_mma2_swap_config_tiles():
-    """swap-AB configs run tiles of 8 tokens — M = 9-16 in two per column tile, their splits balanced over both —;
-    above 16 tokens the mma2 kernel's limit refuses, and swap without a ring refuses."""
+    """swap-AB configs run tiles of 8 tokens — M = 9-16 in two per column tile, up to the decode band's 64 in eight,
+    their splits balanced over them —; past the decode band the mma2 kernel refuses, and swap without a ring."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    one, two = (impl.config(M, 5120, 6144, "decode", False, impl.DECODE["mma2n64t2so12"]) for M in (8, 12))
-    assert one["BM"] == two["BM"] == 8 and one["swap"] and two["swap"]
-    assert two["splits"] < one["splits"]  # twice the tiles, about half the splits for the same programs per SM
-    with pytest.raises(ValueError, match="mma2 is a decode kernel for M <= 16"):
-        impl.config(17, 5120, 6144, "decode", False, impl.DECODE["mma2n64t2so12"])
+    one, two, eight = (impl.config(M, 5120, 6144, "decode", False, impl.DECODE["mma2n64t2so12"]) for M in (8, 12, 64))
+    assert one["BM"] == two["BM"] == eight["BM"] == 8 and one["swap"] and two["swap"] and eight["swap"]
+    assert eight["splits"] < two["splits"] < one["splits"]  # more tiles, fewer splits for the same programs per SM
+    with pytest.raises(ValueError, match="mma2 is a decode kernel for M <= 64"):
+        impl.config(65, 5120, 6144, "decode", False, impl.DECODE["mma2n64t2so12"])
     with pytest.raises(ValueError, match="mma2 swap needs a ring"):
         impl.config(12, 5120, 6144, "decode", False, {**impl.DECODE["mma2n64t2so12"], "ring": 0})
 
@@ -874,7 +879,8 @@ def test_mma2_full_shapes(proj):
     prefetching 2-warp config, M = 16 int8 per-token on the 4-warp one, M = 3 e4m3 per-token on the plain one) and
     8-bit operands (mma8*: int8 M = 8 per-group and M = 16 per-token, e4m3 M = 4 per-group), and the TMA ring (int8
     M = 8 on mma8n64t, e4m3 M = 5 on mma2t); int5 weights on the ring (swap-AB at M = 8 and 1, 16-token tiles; int8
-    activations on 8-bit operands too); swap-AB's two token tiles at M = 12-16 (int4 and int5)."""
+    activations on 8-bit operands too); swap-AB's two token tiles at M = 12-16 (int4 and int5); past 16 tokens
+    (M = 40-64) in more token tiles."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     ws = {b: prepare_codes(*weights(proj.K, proj.N, b, seed=proj.K, device="cuda"), b) for b in (4, 5)}
@@ -886,7 +892,8 @@ def test_mma2_full_shapes(proj):
             (8, "e4m3", True, "mma2t2s", 5), (1, "int8", True, "mma2n64t2s", 5), (16, "e4m3", False, "mma2t2", 5),
             (8, "int8", True, "mma8n64t2s", 5), (16, "int8", False, "mma8n64t2o12", 5),
             (16, "int8", True, "mma8n64t2so12", 4), (12, "e4m3", True, "mma2n64t2so12", 4),
-            (13, "int8", True, "mma8n64t2so12", 5)):
+            (13, "int8", True, "mma8n64t2so12", 5), (64, "e4m3", True, "mma2n64t2s", 4),
+            (40, "int8", False, "mma8n64t2", 4), (48, "int8", True, "mma8n64t2so12", 5)):
         w = ws[bits]
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         if impl.DECODE[name].get("ring") and proj.N % 64:  # in_proj_ba (skinny_gemm's in serving)

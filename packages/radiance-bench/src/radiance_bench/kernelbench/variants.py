@@ -99,7 +99,7 @@ def decode_variants(record, results: list, ceil: dict, ms: tuple[int, ...] = DEC
             x = activations(M, proj.K, seed=M)
             for act, named in by_act.items():
                 if M > w4.GEMV_BM_MAX:
-                    named = {n: c for n, c in named.items() if not (c["gemv"] or c["mma2"])}
+                    named = {n: c for n, c in named.items() if not c["gemv"]}
                 if named:
                     meta = {"proj": proj.name, "M": M, "N": proj.N, "K": proj.K}
                     _rows(record, results, "decode_variants", named, "decode", weights,

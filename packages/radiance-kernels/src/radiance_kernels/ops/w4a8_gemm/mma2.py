@@ -39,8 +39,9 @@ depth 2 (deeper rings lost everywhere, 8 most), 1.02-1.39x the register-fed load
 ``SWAP`` (with ``STAGES``, ``BM`` 8): swap-AB — the weights on the MMA's 16 rows (the A operand, read from the
 stage transposed), up to 8 tokens on its 8 columns (B): the tile is ``[BN, 8]``, so at M <= 8 the MMAs and the
 fold cover no empty token rows (ptxas sm_90: 205 against 294 loop instructions per group and warp for int8, 338
-against 440 for e4m3); M = 9-16 runs two token tiles per column tile, adjacent programs (the second's weight tiles
-come from L2 while the first's are in flight). The same K order (the unpack and activation pickers are
+against 440 for e4m3); more tokens run as more token tiles per column tile (M = 9-16: two; up to the decode band's
+64: eight; 16-token tiles without swap-AB likewise), adjacent programs (the later ones' weight tiles come from L2
+while the first's are in flight). The same K order (the unpack and activation pickers are
 elementwise), only the operands' roles and the frame's axes change. H200 call 67: 1.08-1.32x the unswapped ring at
 M = 4, 8 on every shape (gate_up M = 8: 32.2 / 30.2 us e4m3 / int8 against 42.6 / 38.4); at M = 9-16 (calls 95,
 97) it wins only the o_proj / out_proj shape (e4m3 1.00-1.03x, int8 at M = 12-16 1.02-1.10x the unswapped ring:

@@ -444,8 +444,9 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: out_proj (8) 11.1 -> 10.7-10.8; with 2-7 splits it cost up to 1.1 (gate_up 32.2 -> 33.3, qkv e4m3 16.2 -> 17.2: 64
 #: -> 78 registers). The 16-token tiles (M = 9-16) keep 4: at 8 their registers go 84-96 -> 168 (ptxas sm_90) and
 #: int8 M = 16 lost 13-21 % (call 79: o_proj 18.2 -> 20.6 us, down 27.4 -> 33.1).
-#: "mma2*" (M <= 16, int4, NVIDIA): the Gluon kernel of :mod:`.mma2`, both MMA operands loaded in their fragment
-#: layouts; "p" / "p2" load the fragments one / two groups ahead, "n64" is 64 columns on 2 warps at 8 programs per SM.
+#: "mma2*" (decode band, int4, NVIDIA): the Gluon kernel of :mod:`.mma2` (16-token tiles, swap-AB 8; more tokens as
+#: adjacent programs of the same columns), both MMA operands loaded in their fragment layouts; "p" / "p2" load the
+#: fragments one / two groups ahead, "n64" is 64 columns on 2 warps at 8 programs per SM.
 #: H200 calls 32-35 (M = 8 e4m3, us, vs nib8xpr): mma2p2 gate_up 52.9 vs 66.2, qkv 25.2 vs 28.3; mma2n64p o_proj 15.1
 #: vs 19.0. Measured and removed (slower everywhere): 4 programs per SM, 256 columns, n64 without prefetch, n64 at 4
 #: programs per SM, n64 two groups ahead; (session 6) 16-byte weight runs regrouped in registers (calls 36, 38), a
@@ -464,7 +465,7 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: best register-fed config): e4m3 gate_up 42.7 / 49.8, down 24.5 / 32.6, qkv 20.4 / 23.0; int8 gate_up 38.4 / 43.4,
 #: down 21.7 / 22.6, o_proj 12.1 / 12.0. Measured and removed: 6- and 8-stage rings (slower everywhere, calls 58, 61),
 #: the row inputs two groups ahead beside a weight-only ring (call 56), a cp.async ring of the weight words (each
-#: thread copying its own: slower on every row, call 60). "*s" (``swap``, with a ring, M <= 16): swap-AB, the weights on
+#: thread copying its own: slower on every row, call 60). "*s" (``swap``, with a ring): swap-AB, the weights on
 #: the MMA's rows (:mod:`.mma2` SWAP). H200 call 67 (M = 8, us, best swap / best non-swap ring config): e4m3 gate_up
 #: 32.2 / 42.6, qkv 16.2 / 20.3, down 20.1 / 24.9; int8 gate_up 30.2 / 38.4, qkv 15.6 / 17.6, o_proj 11.2 / 12.1; it
 #: also beats the gemv configs at M = 1, 2 on all but int8 gate_up at M = 1 (gemv_o16 27.4 / 28.6). 4-stage swap
@@ -666,8 +667,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         raise ValueError(f"w4a8_gemm config: pf (groups of fragments loaded ahead: 0, 1, 2) is a knob of the mma2 "
                          f"kernel, got {cfg['pf']!r}")
     if cfg["mma2"]:
-        if band != "decode" or M > 16:
-            raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= 16, got {band} M={M}")
+        if band != "decode" or M > DECODE_MAX_M:
+            raise ValueError(f"w4a8_gemm config: mma2 is a decode kernel for M <= {DECODE_MAX_M}, got {band} M={M}")
         if cfg["dot16"] or cfg["nib8"] or cfg["apre"] or cfg["gemv"] or \
                 cfg["ablate"] not in ("none", "nodot", "nofold", "ring" if cfg["ring"] else "none"):
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / apre / gemv / ablate but nodot, nofold, "
@@ -677,6 +678,8 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
                 raise ValueError(f"w4a8_gemm config: mma2 swap needs a ring (no nodot ablation), got "
                                  f"ring={cfg['ring']}, ablate={cfg['ablate']!r}")
             cfg["BM"] = 8
+        else:
+            cfg["BM"] = 16  # the MMA's token rows; more tokens run as adjacent programs of the same columns
     elif cfg["k8"] or cfg["ring"]:
         raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA operand stages) are knobs of the "
                          "mma2 kernel")
