@@ -936,13 +936,15 @@ def test_split_partials_full_shapes(proj):
 
 @pytest.mark.skipif(not FULL_SHAPES, reason="RADIANCE_FULL_SHAPES=1 on a CUDA machine")
 @pytest.mark.parametrize("bits", [4, 5])
-def test_served_decode_m9_16_full_shape(bits):
-    """The served path (the tuned pick) on the o_proj / out_proj shape at M = 9-16, where the table picks swap-AB's
-    two token tiles for some formats: == reference for both activation elements and scale granularities."""
+def test_served_decode_many_tokens_full_shape(bits):
+    """The served path (the tuned pick) on the o_proj / out_proj shape at M = 9-64, where the table picks swap-AB's
+    token tiles or several 16-token tiles per column tile: == reference for both activation elements and scale
+    granularities."""
     proj = next(p for p in shapes.projections(1) if p.name == "attn.o_proj")
     w = prepare_codes(*weights(proj.K, proj.N, bits, seed=7, device="cuda"), bits)
     for M, elem, grouped in ((9, "e4m3", True), (12, "int8", True), (16, "e4m3", True), (16, "int8", False),
-                             (13, "e4m3", False)):
+                             (13, "e4m3", False), (24, "int8", True), (40, "e4m3", True), (64, "int8", False),
+                             (64, "e4m3", True)):
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         ref = call(A, AS, RS, w, list(proj.bounds), False, "decode", "reference")
         out = torch.full((M + 1, proj.N), 5.0, dtype=torch.bfloat16, device="cuda")
