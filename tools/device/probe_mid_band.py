@@ -1,0 +1,63 @@
+"""H200 probe (session 25): the decode band past 16 tokens (M = 32, 64: batched decode), before and after the mma2
+kernels took it over.
+
+Per shape (27B-class, TP=1, int4) and M, µs in a CUDA graph over weight copies that exceed the L2, side by side in
+one run: cuBLAS bf16 (``x @ W.T``, the peer), the served GEMM (``w4a8_gemm``, band auto: the tuned table's pick)
+and the Triton nib8 loop that served these M before (``nib8xpr``), e4m3 and int8 per-group activations; the served
+linear with its rotate+quant launch too.
+
+    python tools/device/probe_mid_band.py OUT.json
+
+(GPU, PYTHONPATH as h200_run.sh sets it)."""
+
+import json
+import sys
+
+import torch
+
+from radiance_bench.kernelbench import cases
+from radiance_bench.kernelbench.timing import copies_needed, graph_time
+from radiance_kernels.ops.w4a8_gemm import triton as impl
+from radiance_kernels.shapes import projections
+
+
+def row(proj, M):
+    N, K = proj.N, proj.K
+    n = copies_needed(cases.w4_weight(proj, 4, 0).nbytes)
+    wts = [cases.w4_weight(proj, 4, seed=i) for i in range(n)]
+    bf = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(copies_needed(2 * N * K))]
+    x = cases.activations(M, K, seed=M)
+    r = {"proj": proj.name, "M": M, "N": N, "K": K, "weight_copies": n}
+    r["cublas_bf16_us"] = graph_time([lambda w=w: x @ w.T for w in bf], reps=10).best_us
+    for elem in ("e4m3", "int8"):
+        qs = [cases.rotate_quant(x, wt, elem, "group") for wt in wts]
+        calls = {
+            "served": [lambda wt=wt, q=q: cases.w4a8_gemm(wt, *q) for wt, q in zip(wts, qs, strict=True)],
+            "nib8xpr": [lambda wt=wt, q=q: impl.gemm(*q, wt.w, wt.bounds, False, "decode", cfg=impl.DECODE["nib8xpr"])
+                        for wt, q in zip(wts, qs, strict=True)],
+            "served_linear": [lambda wt=wt, e=elem: cases.w4a8_linear(x, wt, e) for wt in wts],
+        }
+        for name, c in calls.items():
+            r[f"{elem}_{name}_us"] = graph_time(c, reps=10).best_us
+        r[f"{elem}_served_x_cublas"] = r["cublas_bf16_us"] / r[f"{elem}_served_us"]
+        r[f"{elem}_linear_x_cublas"] = r["cublas_bf16_us"] / r[f"{elem}_served_linear_us"]
+        r[f"{elem}_served_x_nib8xpr"] = r[f"{elem}_nib8xpr_us"] / r[f"{elem}_served_us"]
+    del wts, bf
+    return r
+
+
+def main(path):
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda, "rows": []}
+    for proj in projections(1):
+        if proj.name == "gdn.in_proj_ba":
+            continue
+        for M in (32, 64):
+            r = row(proj, M)
+            print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}), flush=True)
+            out["rows"].append(r)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
