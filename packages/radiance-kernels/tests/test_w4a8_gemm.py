@@ -251,14 +251,15 @@ def test_split_partials_compile_fullgraph(dynamic, device):
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
 @pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8p", "mma8n64p", "mma8p:pf0", "mma8p:pf2",
-                                  "mma2t", "mma8n64t", "mma8n64t2", "mma2n64t2o12"])
+                                  "mma2t", "mma8n64t", "mma8n64t2", "mma2n64t2o12", "mma2t2b32", "mma8n64t2b64"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5),
                           ("int8", True, 40)])
 def test_mma2_configs(name, elem, grouped, M):
     """The register-fed mma.sync decode kernel at 3 splits, P = 2, ragged N == reference (exact operands, fp32 /
     int32 sums: only the summation order differs), both operand kinds (fp16; 8-bit: mma8*), the operands from global
-    memory or by TMA (*t: rings of 4 and 2 stages; a split of two groups leaves the 4-stage ring half unfilled)."""
+    memory or by TMA (*t: rings of 4 and 2 stages; a split of two groups leaves the 4-stage ring half unfilled), on
+    16-token tiles and on 32 / 64 (*b32, *b64: rows past M masked, or two tiles at M = 40)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, K, N = 2, 640, 448 if impl.DECODE[name.partition(":")[0]].get("ring") else 400  # the ring: 64-column blocks
@@ -520,6 +521,9 @@ def test_mma2_refuses_where_it_cannot_run(device):
     with pytest.raises(ValueError, match="mma2 is a decode kernel"):
         impl.config(8, 256, 256, "prefill", True, impl.DECODE["mma2"])
     assert impl.config(40, 256, 256, "decode", True, impl.DECODE["mma2"])["BM"] == 16  # 16-token tiles, 3 of them
+    assert impl.config(40, 256, 256, "decode", True, impl.DECODE["mma8n64t2b64"])["BM"] == 64  # one 64-token tile
+    with pytest.raises(ValueError, match="token tiles are 16, 32 or 64"):
+        impl.config(40, 256, 256, "decode", True, {**impl.DECODE["mma2t2"], "BM": 128})
 
 
 def test_mma2_ring_knobs_are_checked():
@@ -880,7 +884,7 @@ def test_mma2_full_shapes(proj):
     8-bit operands (mma8*: int8 M = 8 per-group and M = 16 per-token, e4m3 M = 4 per-group), and the TMA ring (int8
     M = 8 on mma8n64t, e4m3 M = 5 on mma2t); int5 weights on the ring (swap-AB at M = 8 and 1, 16-token tiles; int8
     activations on 8-bit operands too); swap-AB's two token tiles at M = 12-16 (int4 and int5); past 16 tokens
-    (M = 40-64) in more token tiles."""
+    (M = 40-64) in more token tiles, and on 32- / 64-token tiles (*b32, *b64)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     ws = {b: prepare_codes(*weights(proj.K, proj.N, b, seed=proj.K, device="cuda"), b) for b in (4, 5)}
@@ -893,7 +897,9 @@ def test_mma2_full_shapes(proj):
             (8, "int8", True, "mma8n64t2s", 5), (16, "int8", False, "mma8n64t2o12", 5),
             (16, "int8", True, "mma8n64t2so12", 4), (12, "e4m3", True, "mma2n64t2so12", 4),
             (13, "int8", True, "mma8n64t2so12", 5), (64, "e4m3", True, "mma2n64t2s", 4),
-            (40, "int8", False, "mma8n64t2", 4), (48, "int8", True, "mma8n64t2so12", 5)):
+            (40, "int8", False, "mma8n64t2", 4), (48, "int8", True, "mma8n64t2so12", 5),
+            (64, "e4m3", True, "mma2t2b64", 4), (40, "int8", True, "mma8n64t2b32", 4),
+            (33, "int8", False, "mma8n64t2o12b64", 5), (48, "e4m3", True, "mma2n64t2o12b32", 5)):
         w = ws[bits]
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         if impl.DECODE[name].get("ring") and proj.N % 64:  # in_proj_ba (skinny_gemm's in serving)

@@ -203,7 +203,7 @@ def _rows_to_shared(x_ptr, part, m0, M, G, g_lo, g_hi, BM: gl.constexpr, GPS: gl
     """The split's per-group row inputs ``x[part, m0:m0 + BM, g_lo:g_hi]`` (``[P, M, G]`` fp32, rows clamped) as a
     ``[GPS, BM]`` shared tile, loaded once: the loop then issues no global load (a TMA refill's proxy fence would
     wait for it)."""
-    L: gl.constexpr = gl.BlockedLayout([1, 1], [32 // BM, BM], [NW, 1], [1, 0])
+    L: gl.constexpr = gl.BlockedLayout([1, max(BM // 32, 1)], [max(32 // BM, 1), min(BM, 32)], [NW, 1], [1, 0])
     gi = g_lo + gl.arange(0, GPS, layout=gl.SliceLayout(1, L))
     mi = gl.minimum(m0 + gl.arange(0, BM, layout=gl.SliceLayout(0, L)), M - 1)
     x = gl.load(x_ptr + (part * M + mi)[None, :] * G + gi[:, None], mask=(gi < g_hi)[:, None], other=0.0)
@@ -311,8 +311,9 @@ def _w4a8_mma2_kernel(
     LB: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=KW)
     TOK: gl.constexpr = gl.SliceLayout(0 if SWAP else 1, MMA)  # a vector along the tokens
     COL: gl.constexpr = gl.SliceLayout(1 if SWAP else 0, MMA)  # a vector along the columns
-    gl.static_assert((BITS == 4 or BITS == 5 and STAGES > 0 and (INT8 or not K8)) and BK == 128 and
-                     (8 if SWAP else 16) == BM, "int5: from the ring, fp16 operands or int8 x int8")
+    gl.static_assert((BITS == 4 or BITS == 5 and STAGES > 0 and (INT8 or not K8)) and BK == 128,
+                     "int5: from the ring, fp16 operands or int8 x int8")
+    gl.static_assert(BM == 8 if SWAP else BM == 16 or BM == 32 or BM == 64, "token tiles: 8 (swap-AB), 16, 32, 64")
     gl.static_assert(STAGES > 0 or not SWAP, "swap-AB reads its operands from the ring")
     MT = (M + BM - 1) // BM  # token tiles: one, or (swap-AB, M = 9-16) two, adjacent programs of the same columns
     m0 = gl.program_id(0) % MT * BM

@@ -539,6 +539,10 @@ DECODE = {
     "mma8n64t2so16": _loop(BN=64, num_warps=2, num_stages=1, dot16=False, nib8=False, mma2=True, occ=16, k8=True,
                            ring=2, swap=True),
 }
+#: "*b32" / "*b64": the unswapped ring configs on 32- / 64-token tiles — each group's weight words unpacked once for
+#: all of a tile's tokens (the MMAs repeat down the rows), against once per 16 tokens (the decode band past 16 tokens).
+DECODE |= {f"{name}b{bm}": {**DECODE[name], "BM": bm} for bm in (32, 64)
+           for name in ("mma2t2", "mma2n64t2o12", "mma8n64t2", "mma8n64t2o12")}
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
 #: above it the nib8 MMA loop. int8: ``dp4a`` issues at ~16 lanes / clock / SM
@@ -678,8 +682,10 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
                 raise ValueError(f"w4a8_gemm config: mma2 swap needs a ring (no nodot ablation), got "
                                  f"ring={cfg['ring']}, ablate={cfg['ablate']!r}")
             cfg["BM"] = 8
-        else:
-            cfg["BM"] = 16  # the MMA's token rows; more tokens run as adjacent programs of the same columns
+        else:  # token tiles of 16 (the MMA's rows) unless the named config sets 32 / 64 (one weight unpack for
+            cfg["BM"] = override.get("BM", 16)  # all its tokens); more tokens as adjacent programs of the same columns
+            if cfg["BM"] not in (16, 32, 64):
+                raise ValueError(f"w4a8_gemm config: mma2 token tiles are 16, 32 or 64 rows, got BM={cfg['BM']}")
     elif cfg["k8"] or cfg["ring"]:
         raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA operand stages) are knobs of the "
                          "mma2 kernel")
