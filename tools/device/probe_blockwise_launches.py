@@ -11,13 +11,12 @@ the ``_scaled_mm`` calls on ready operands) and the bar's peer (per-tensor ``_sc
 
 (GPU, PYTHONPATH as h200_run.sh sets it)."""
 
-import json
 import sys
 
 import torch
+from probe_rows import time_calls, write_rows
 
 from radiance_bench.kernelbench import cases
-from radiance_bench.kernelbench.timing import graph_time
 from radiance_kernels.ops.w4a8_gemm import triton as impl
 from radiance_kernels.ops.w4a8_gemm.reference import group_scales
 from radiance_kernels.shapes import projections
@@ -78,10 +77,7 @@ def row(proj, M, gran):
     ref = served_before(*sets[0][:2], wt, torch.empty_like(outs[0]))
     impl.gemm(*sets[0], wt.w, wt.bounds, False, "prefill", out=outs[0], cfg=cfg)
     r["served_equals_before"] = bool(torch.equal(ref, outs[0]))
-    for name, c in calls.items():
-        t = graph_time(c, reps=10, min_calls=8)
-        r[name + "_us"] = t.best_us
-        r[name + "_median_us"] = t.median_us
+    time_calls(r, calls, reps=10, min_calls=8)
     for name in ("served", "served_before"):
         r[name + "_x_tensor"] = r["scaled_mm_tensor_us"] / r[name + "_us"]
     return r
@@ -89,14 +85,7 @@ def row(proj, M, gran):
 
 def main(path):
     shapes = {p.name: p for p in projections(1)}
-    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda, "rows": []}
-    for name, M in SHAPES:
-        for gran in ("group", "token"):
-            r = row(shapes[name], M, gran)
-            print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}), flush=True)
-            out["rows"].append(r)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+    write_rows(path, (row(shapes[name], M, gran) for name, M in SHAPES for gran in ("group", "token")))
 
 
 if __name__ == "__main__":

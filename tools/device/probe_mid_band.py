@@ -10,10 +10,10 @@ linear with its rotate+quant launch too.
 
 (GPU, PYTHONPATH as h200_run.sh sets it)."""
 
-import json
 import sys
 
 import torch
+from probe_rows import time_calls, write_rows
 
 from radiance_bench.kernelbench import cases
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
@@ -31,14 +31,12 @@ def row(proj, M):
     r["cublas_bf16_us"] = graph_time([lambda w=w: x @ w.T for w in bf], reps=10).best_us
     for elem in ("e4m3", "int8"):
         qs = [cases.rotate_quant(x, wt, elem, "group") for wt in wts]
-        calls = {
+        time_calls(r, {f"{elem}_{name}": c for name, c in {
             "served": [lambda wt=wt, q=q: cases.w4a8_gemm(wt, *q) for wt, q in zip(wts, qs, strict=True)],
             "nib8xpr": [lambda wt=wt, q=q: impl.gemm(*q, wt.w, wt.bounds, False, "decode", cfg=impl.DECODE["nib8xpr"])
                         for wt, q in zip(wts, qs, strict=True)],
             "served_linear": [lambda wt=wt, e=elem: cases.w4a8_linear(x, wt, e) for wt in wts],
-        }
-        for name, c in calls.items():
-            r[f"{elem}_{name}_us"] = graph_time(c, reps=10).best_us
+        }.items()}, reps=10)
         r[f"{elem}_served_x_cublas"] = r["cublas_bf16_us"] / r[f"{elem}_served_us"]
         r[f"{elem}_linear_x_cublas"] = r["cublas_bf16_us"] / r[f"{elem}_served_linear_us"]
         r[f"{elem}_served_x_nib8xpr"] = r[f"{elem}_nib8xpr_us"] / r[f"{elem}_served_us"]
@@ -47,16 +45,7 @@ def row(proj, M):
 
 
 def main(path):
-    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda, "rows": []}
-    for proj in projections(1):
-        if proj.name == "gdn.in_proj_ba":
-            continue
-        for M in (32, 64):
-            r = row(proj, M)
-            print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}), flush=True)
-            out["rows"].append(r)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+    write_rows(path, (row(proj, M) for proj in projections(1) if proj.name != "gdn.in_proj_ba" for M in (32, 64)))
 
 
 if __name__ == "__main__":

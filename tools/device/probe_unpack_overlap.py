@@ -14,13 +14,12 @@ whole ``_scaled_mm`` on ready operands) and the two alone (``unpack``, ``mm``); 
 (GPU, PYTHONPATH as h200_run.sh sets it)."""
 
 import itertools
-import json
 import sys
 
 import torch
+from probe_rows import time_calls, write_rows
 
 from radiance_bench.kernelbench import cases
-from radiance_bench.kernelbench.timing import graph_time
 from radiance_kernels.ops.w4a8_gemm import triton as impl
 from radiance_kernels.ops.w4a8_gemm.reference import W4Prepared
 from radiance_kernels.shapes import projections
@@ -131,10 +130,7 @@ def row(proj, M):
                             for s, sa, o in zip(sets, sas, outs, strict=True)]
         calls[f"overlap{C}"] = [lambda s=s, sa=sa, o=o, ch=ch: ch.run(s[0], sa, o, side)
                                 for s, sa, o in zip(sets, sas, outs, strict=True)]
-    for name, c in calls.items():
-        t = graph_time(c, reps=10, min_calls=8)
-        r[name + "_us"] = t.best_us
-        r[name + "_median_us"] = t.median_us
+    time_calls(r, calls, reps=10, min_calls=8)
     for name in calls:
         r[name + "_x_tensor"] = r["scaled_mm_tensor_us"] / r[name + "_us"]
     return r
@@ -142,13 +138,7 @@ def row(proj, M):
 
 def main(path):
     shapes = {p.name: p for p in projections(1)}
-    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda, "rows": []}
-    for name, M in SHAPES:
-        r = row(shapes[name], M)
-        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}), flush=True)
-        out["rows"].append(r)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+    write_rows(path, (row(shapes[name], M) for name, M in SHAPES))
 
 
 if __name__ == "__main__":
