@@ -315,7 +315,7 @@ def _w4a8_mma2_kernel(
                      "int5: from the ring, fp16 operands or int8 x int8")
     gl.static_assert(BM == 8 if SWAP else BM == 16 or BM == 32 or BM == 64, "token tiles: 8 (swap-AB), 16, 32, 64")
     gl.static_assert(STAGES > 0 or not SWAP, "swap-AB reads its operands from the ring")
-    MT = (M + BM - 1) // BM  # token tiles: one, or (swap-AB, M = 9-16) two, adjacent programs of the same columns
+    MT = (M + BM - 1) // BM  # token tiles per column tile: adjacent programs of the same columns
     m0 = gl.program_id(0) % MT * BM
     n0 = gl.program_id(0) // MT * BN
     part = (n0 >= b1).to(gl.int32) + (n0 >= b2).to(gl.int32)

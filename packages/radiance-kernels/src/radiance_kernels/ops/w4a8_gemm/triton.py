@@ -954,10 +954,12 @@ def unpack_w8(w: W4Prepared, int8: bool, zfold: bool = False, scales: bool = Fal
     w8 = torch.empty(N, K, dtype=torch.int8 if int8 else torch.uint8, device=w.wq.device)
     rows = 2 * K // GROUP if scales else K // GROUP if blocks is not None else 0
     sc = torch.empty(rows, N, dtype=torch.float32, device=w.wq.device)
-    b = list(blocks or [0]) + [N] * (4 - len(blocks or [0]))
+    b = list(blocks or [0, N]) + [N] * (4 - len(blocks or [0, N]))
     _unpack_w8_kernel[(K // GROUP, triton.cdiv(N, UNPACK_BN))](
         w.wq, w.wh if w.bits == 5 else w.wq, w.sz, w8, sc, N, K, b[1], b[2], BITS=w.bits, INT8=int8,
         HW=not triton_interpreted(), ZFOLD=zfold, SCALES=scales, BLOCKS=blocks is not None, BK=GROUP, BN=UNPACK_BN,
         num_warps=4,
     )
-    return (w8, sc.view(-1) if blocks is not None else sc) if scales or blocks is not None else w8
+    if blocks is not None:
+        return w8, sc.view(-1)
+    return (w8, sc) if scales else w8
