@@ -178,20 +178,22 @@ def gemv_variants(name: str, knobs: dict) -> list:
 
 
 def mma2_variants(name: str, knobs: dict) -> list:
-    """The mma.sync decode kernel (:mod:`w4a8_gemm.mma2`, Gluon), int4 at M = 16 (swap-AB: 8), both activation
-    elements per-group; ring configs also int5 (8-bit operands: int8 activations)."""
-    cfg = w4.config(8 if knobs.get("swap") else 16, 14336, 5120, "decode", False, knobs)
+    """The mma.sync decode kernel (:mod:`w4a8_gemm.mma2`, Gluon), int4 at M = 16 (swap-AB: 8; wg: 16 and 64), both
+    activation elements per-group; ring configs also int5 (8-bit operands: int8 activations; not wg)."""
     out = []
-    widths = (4, 5) if cfg["ring"] else (4,)
-    for bits, int8 in itertools.product(widths, (False, True)):
-        if bits == 5 and cfg["k8"] and not int8:  # int5 on 8-bit operands: int8 activations only
-            continue
-        ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=cfg["BM"], BN=cfg["BN"],
-                  BK=GROUP, PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], GPS=16 if cfg["ring"] else 1, ABLATE=0,
-                  SWAP=cfg["swap"], TRIGGER=False)
-        opts = dict(num_warps=cfg["num_warps"], num_stages=1, maxnreg=cfg["maxnreg"], int8=int8)
-        out.append((f"w4a8 decode {name} int{bits} {'int8' if int8 else 'e4m3'} group", _w4a8_mma2_kernel, ce, opts,
-                    cfg["BN"] * GROUP))
+    for m in (16, 64) if knobs.get("wg") else (8 if knobs.get("swap") else 16,):
+        cfg = w4.config(m, 14336, 5120, "decode", False, knobs)
+        widths = (4, 5) if cfg["ring"] and not cfg["wg"] else (4,)
+        for bits, int8 in itertools.product(widths, (False, True)):
+            if bits == 5 and cfg["k8"] and not int8:  # int5 on 8-bit operands: int8 activations only
+                continue
+            ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=cfg["rw"], HW=True, BM=cfg["BM"], BN=cfg["BN"],
+                      BK=GROUP, PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], GPS=16 if cfg["ring"] else 1, ABLATE=0,
+                      SWAP=cfg["swap"], TRIGGER=False, WG=cfg["wg"])
+            opts = dict(num_warps=cfg["num_warps"], num_stages=1, maxnreg=cfg["maxnreg"], int8=int8)
+            tag = f" M={m}" if cfg["wg"] else ""
+            out.append((f"w4a8 decode {name}{tag} int{bits} {'int8' if int8 else 'e4m3'} group", _w4a8_mma2_kernel,
+                        ce, opts, cfg["BN"] * GROUP))
     return out
 
 

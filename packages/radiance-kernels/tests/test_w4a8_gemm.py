@@ -278,14 +278,16 @@ def test_mma2_configs(name, elem, grouped, M):
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
 @pytest.mark.parametrize("name", ["mma2n64t2s", "mma8n64t2s", "mma2t2s", "mma8t2s", "mma2n64t2so12",
-                                  "mma8n64t2so12", "mma8n64t2so6", "mma2n64t2so16", "mma8n64t2so16"])
+                                  "mma8n64t2so12", "mma8n64t2so6", "mma2n64t2so16", "mma8n64t2so16", "wgn64t2o8",
+                                  "wgt4o4"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 3),
                           ("e4m3", True, 16), ("int8", False, 13), ("int8", True, 9), ("e4m3", True, 64),
                           ("int8", False, 33)])
 def test_mma2_swap_configs(name, elem, grouped, M):
     """Swap-AB (weights on the MMA's rows, tokens on its 8 columns, from the ring; M > 8 in token tiles of 8, up to
-    the decode band's 64) == reference at 3 splits, P = 2, ragged N; past the decode band it refuses."""
+    the decode band's 64; wg*: on wgmma, one token tile of 8-64, rows past M masked) == reference at 3 splits, P = 2,
+    ragged N; past the decode band it refuses."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     P, K, N, bounds = 2, 640, 448, [0, 128, 448]  # ragged for 128-column tiles (the ring: 64-column blocks)
@@ -327,7 +329,7 @@ def test_mma2_int5(name, elem, grouped, M):
     r, mx = gemm_error(out[:M], ref)
     assert r <= REL and mx <= 4 * REL, (r, mx)
     assert torch.all(out[M:] == 5.0)
-    refused = ["mma2p"] + ([] if elem == "int8" else ["mma8t2s" if M <= 8 else "mma8n64t2"])
+    refused = ["mma2p", "wgn64t2o8"] + ([] if elem == "int8" else ["mma8t2s" if M <= 8 else "mma8n64t2"])
     for other in refused:
         with pytest.raises(ValueError, match="int5 weights run on the mma2 ring configs"):
             impl.gemm(A, AS, RS, w, bounds, False, "decode", out=out, cfg={**impl.DECODE[other], "splits": 3})
@@ -369,10 +371,12 @@ VARIANTS = ((False, 2, False, 0, 0, 0, 4), (True, 0, False, 0, 0, 0, 4), (False,
             (True, 2, True, 0, 0, 0, 4), (True, 1, True, 4, 0, 1, 4), (False, 1, False, 4, 0, 0, 4),
             (True, 0, True, 2, 1, 0, 4), (False, 0, False, 2, 1, 1, 4), (False, 0, False, 2, 1, 1, 5),
             (True, 0, False, 2, 0, 0, 5), (True, 0, True, 2, 1, 0, 5), (True, 0, True, 2, 0, 1, 5))
-for int8, pf, k8, st, swap, trigger, bits in VARIANTS:
-    BM = 8 if swap else 16
+WG = ((False, 0, True, 2, 1, 0, 4, 16), (True, 0, True, 4, 1, 1, 4, 64))  # + the wgmma form's token tile
+for int8, pf, k8, st, swap, trigger, bits, wg in [v + (0,) for v in VARIANTS] + list(WG):
+    BM = wg or (8 if swap else 16)
     ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf,
-              K8=k8, STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), TRIGGER=bool(trigger), WAIT=bool(trigger))
+              K8=k8, STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), TRIGGER=bool(trigger), WAIT=bool(trigger),
+              WG=bool(wg))
     types = {"a_ptr": "*i8" if int8 else "*u8", "as_ptr": "*fp32", "rs_ptr": "*fp32", "ws_ptr": "*fp32",
              "out_ptr": "*bf16", "cnt_ptr": "*i32"}
     if st:
@@ -384,11 +388,16 @@ for int8, pf, k8, st, swap, trigger, bits in VARIANTS:
     sig = {n: "constexpr" if n in ce else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 4 if wg else 2})
     ptx = c.asm["ptx"]
-    out.append(dict(int8=int8, k8=k8, st=st, mma=sorted(set(re.findall(r"mma[.]sync[.]aligned[.]([.\\w]+)", ptx))),
+    head = ptx.split("atom.")[0]
+    loop = head[re.search(r"\\b(wg)?mma[.]", head).start():]  # first MMA to the epilogue's atomic (rows staged before)
+    wgmma = re.findall(r"wgmma[.]mma_async[.]sync[.]aligned[.](m64n\\d+k32)[.](\\w+)[.](\\w+)[.]\\w+ [{][^}]*[}], [{]",
+                       ptx)  # shape, accumulator and A elements, with A from registers
+    out.append(dict(int8=int8, k8=k8, st=st, wg=wg, wgmma=sorted(set(wgmma)),
+                    mma=sorted(set(re.findall(r"mma[.]sync[.]aligned[.]([.\\w]+)", ptx))),
                     n_mma=ptx.count("mma.sync.aligned"), cvt="cvt.rn.f16x2.e4m3x2" in ptx,
-                    shared=c.metadata.shared, st_loop=bool(re.search(r"st[.]shared", ptx.split("atom.")[0])),
+                    shared=c.metadata.shared, st_loop=bool(re.search(r"st[.]shared", loop)),
                     tma=ptx.count("cp.async.bulk.tensor"), trigger=trigger, bits=bits,
                     gdc=[ptx.count("griddepcontrol." + w) for w in ("wait", "launch_dependents")]))
 print(json.dumps(out))
@@ -402,11 +411,17 @@ MMA2_KINDS = {(False, False): "m16n8k16.row.col.f32.f16.f16.f32", (True, False):
 def test_mma2_compiles_for_sm90():
     """The Gluon kernel compiles for sm_90 with this environment's Triton (the H200 runs 3.6): ptxas accepts its
     inline PTX, each operand kind issues its MMA (8-bit operands: k32, half as many), the fp16 kind converts e4m3
-    activations by the paired convert, and nothing is stored to shared memory before the epilogue's atomic (no
-    operand staging: the ring's words come by TMA, its ``[1, 16, 2, 32]`` / ``[64]`` tiles in four stages; the
-    fragments' relabelling from them is register-only, else the compile fails); with TRIGGER and WAIT (set together
-    where launches chain) it lets the next launch start once and waits for the one before it once."""
+    activations by the paired convert, and nothing is stored to shared memory from the first MMA to the epilogue's
+    atomic (no operand staging: the ring's words come by TMA, its ``[1, 16, 2, 32]`` / ``[64]`` tiles in four stages;
+    the fragments' relabelling from them is register-only, else the compile fails); with TRIGGER and WAIT (set
+    together where launches chain) it lets the next launch start once and waits for the one before it once. The
+    wgmma form (WG) issues wgmma with the weight codes as its register A operand and the token tile as its N."""
     for r in compiled_for_sm90(MMA2_SM90):
+        if r["wg"]:  # wgmma, its A operand (the weight codes) from registers, the token tile on its N; no mma.sync
+            el = "s8" if r["int8"] else "e4m3"
+            assert r["wgmma"] == [[f"m64n{r['wg']}k32", "s32" if r["int8"] else "f32", el]] and not r["mma"], r
+            assert r["tma"] >= 3 and not r["st_loop"] and r["gdc"] == [r["trigger"], r["trigger"]], r
+            continue
         assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
         assert r["n_mma"] >= (4 if r["k8"] else 8) and not r["st_loop"], r
         assert r["cvt"] == (not r["int8"] and not r["k8"]), r
@@ -495,17 +510,18 @@ def test_split_counters_are_one_buffer_per_device_and_stream(device):
     assert big.numel() > small.numel() and not big.any() and impl.counters(device, 8) is big
 
 
-def test_mma8_e4m3_code_tables():
-    """The 8-bit e4m3 operand's code tables (two ``prmt`` sources in ``mma2``): byte q of the pair is e4m3(q) for
-    q = 0..7 and 8..15, and every entry's top bit is 0 (a selector nibble with its top bit set then yields 0)."""
+def test_mma8_code_tables():
+    """The 8-bit operands' code tables (two ``prmt`` sources in ``mma2``): byte q of the pair is e4m3(q) / int8(q)
+    for q = 0..7 and 8..15, and every entry's top bit is 0 (a selector nibble with its top bit set then yields 0)."""
     import re
 
     from radiance_kernels.ops.w4a8_gemm import mma2
 
-    words = [int(w, 16) for w in re.findall(r"0x[0-9A-F]{8}", mma2._E4M3_TABLES)]
-    table = torch.tensor([(w >> (8 * b)) & 0xFF for w in words for b in range(4)], dtype=torch.uint8)
-    assert torch.equal(table.view(torch.float8_e4m3fn).float(), torch.arange(16.0))
-    assert not (table & 0x80).any()
+    for tables, dtype in ((mma2._E4M3_TABLES, torch.float8_e4m3fn), (mma2._INT8_TABLES, torch.int8)):
+        words = [int(w, 16) for w in re.findall(r"0x[0-9A-F]{8}", tables)]
+        table = torch.tensor([(w >> (8 * b)) & 0xFF for w in words for b in range(4)], dtype=torch.uint8)
+        assert torch.equal(table.view(dtype).float(), torch.arange(16.0))
+        assert not (table & 0x80).any()
 
 
 def test_mma2_refuses_where_it_cannot_run(device):
@@ -533,9 +549,15 @@ def test_mma2_ring_knobs_are_checked():
     ring = impl.DECODE["mma8n64t2"]
     assert impl.config(8, 512, 1024, "decode", False, ring)["ring"] == 2
     for bad, match in (({"ring": 7}, "ring"), ({"pf": 1}, "pf 0 with a ring"), ({"mma2": False}, "knobs of the mma2"),
-                       ({"ring": 0, "ablate": "ring"}, "ablate")):
+                       ({"ring": 0, "ablate": "ring"}, "ablate"), ({"wg": True}, "wg .wgmma decode. is a swap-AB")):
         with pytest.raises(ValueError, match=match):
             impl.config(8, 512, 1024, "decode", False, {**ring, **bad})
+    wg = impl.DECODE["wgn64t2o8"]  # one token tile of 8 to 64 on wgmma, 64 weight rows per warpgroup
+    tiles = [impl.config(m, 512, 1024, "decode", False, wg)["BM"] for m in (1, 8, 9, 16, 17, 64)]
+    assert tiles == [8, 8, 16, 16, 32, 64]
+    for bad in ({"k8": False}, {"BN": 128}, {"ablate": "nofold"}, {"swap": False}):
+        with pytest.raises(ValueError, match="wg .wgmma decode. is a swap-AB"):
+            impl.config(8, 512, 1024, "decode", False, {**wg, **bad})
     for name in ("nib8x", "swap"):  # the mma2 kernel's ablations are named on the nib8 loops
         with pytest.raises(ValueError, match="'nofold' is an mma2 one"):
             impl.config(8, 512, 1024, "decode", False, {**impl.DECODE[name], "ablate": "nofold"})
@@ -884,7 +906,8 @@ def test_mma2_full_shapes(proj):
     8-bit operands (mma8*: int8 M = 8 per-group and M = 16 per-token, e4m3 M = 4 per-group), and the TMA ring (int8
     M = 8 on mma8n64t, e4m3 M = 5 on mma2t); int5 weights on the ring (swap-AB at M = 8 and 1, 16-token tiles; int8
     activations on 8-bit operands too); swap-AB's two token tiles at M = 12-16 (int4 and int5); past 16 tokens
-    (M = 40-64) in more token tiles, and on 32- / 64-token tiles (*b32, *b64)."""
+    (M = 40-64) in more token tiles, and on 32- / 64-token tiles (*b32, *b64); on wgmma (wg*: M = 5-64 in one token
+    tile, one or two warpgroups, rings of 2 and 4)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     ws = {b: prepare_codes(*weights(proj.K, proj.N, b, seed=proj.K, device="cuda"), b) for b in (4, 5)}
@@ -899,7 +922,9 @@ def test_mma2_full_shapes(proj):
             (13, "int8", True, "mma8n64t2so12", 5), (64, "e4m3", True, "mma2n64t2s", 4),
             (40, "int8", False, "mma8n64t2", 4), (48, "int8", True, "mma8n64t2so12", 5),
             (64, "e4m3", True, "mma2t2b64", 4), (40, "int8", True, "mma8n64t2b32", 4),
-            (33, "int8", False, "mma8n64t2o12b64", 5), (48, "e4m3", True, "mma2n64t2o12b32", 5)):
+            (33, "int8", False, "mma8n64t2o12b64", 5), (48, "e4m3", True, "mma2n64t2o12b32", 5),
+            (64, "e4m3", True, "wgn64t2o8", 4), (40, "int8", False, "wgt4o4", 4), (16, "e4m3", False, "wgt2o8", 4),
+            (5, "int8", True, "wgn64t4o4", 4), (33, "e4m3", True, "wgn64t2o4", 4)):
         w = ws[bits]
         A, AS, RS, _ = acts(proj.P, M, proj.K, elem, grouped, seed=M, device="cuda")
         if impl.DECODE[name].get("ring") and proj.N % 64:  # in_proj_ba (skinny_gemm's in serving)

@@ -82,7 +82,7 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from radiance_kernels.ops.w4a8_gemm import tma_tiles
@@ -90,6 +90,17 @@ from radiance_kernels.ops.w4a8_gemm import tma_tiles
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
 #: e4m3 of the codes 0..7 and 8..15, bytes little-endian: prmt's tables (two registers each)
 _E4M3_TABLES = "mov.b32 t0, 0x44403800; mov.b32 t1, 0x4E4C4A48; mov.b32 t2, 0x53525150; mov.b32 t3, 0x57565554;"
+#: the codes 0..15 as int8 bytes (the identity): the wgmma form's int8 operand by the same lookup
+_INT8_TABLES = "mov.b32 t0, 0x03020100; mov.b32 t1, 0x07060504; mov.b32 t2, 0x0B0A0908; mov.b32 t3, 0x0F0E0D0C;"
+
+
+@gluon.constexpr_function
+def _lookup(sel, tables):
+    """PTX: the four code bytes named by the low four nibbles of ``sel`` (a register), by two 8-entry ``prmt``
+    tables (codes 0-7, 8-15: a selector nibble with its top bit set gives 0, no table entry having its top bit set)
+    and an ``or``, into $0."""
+    return (f"{{ .reg .b32 y, t0, t1, t2, t3, r; {tables} prmt.b32 r, t0, t1, {sel}; xor.b32 y, {sel}, 0x8888;"
+            " prmt.b32 y, t2, t3, y; or.b32 $0, r, y; }")
 
 
 @gluon.constexpr_function
@@ -126,8 +137,7 @@ def _code_asm(K8, INT8, j, BITS=4):
             return (f"{{ .reg .b32 x, y; shr.b32 x, $1, {4 * j}; and.b32 x, x, 0x0F0F0F0F; and.b32 y, $5, {keep:#x};"
                     f" mul.lo.u32 y, y, {mul:#x}; lop3.b32 $0, y, {mask:#010x}, x, 0xEA; }}")
         return f"{{ .reg .b32 x; shr.b32 x, $1, {4 * j}; and.b32 $0, x, 0x0F0F0F0F; }}"
-    return (f"{{ .reg .b32 x, y, t0, t1, t2, t3, r; shr.b32 x, $1, {16 * j}; {_E4M3_TABLES}"
-            " prmt.b32 r, t0, t1, x; xor.b32 y, x, 0x8888; prmt.b32 y, t2, t3, y; or.b32 $0, r, y; }")
+    return f"{{ .reg .b32 x; shr.b32 x, $1, {16 * j}; {_lookup('x', _E4M3_TABLES)} }}"
 
 
 @gluon.constexpr_function
@@ -279,6 +289,55 @@ def _staged(x_st, h: gl.constexpr, L: gl.constexpr, KW: gl.constexpr, OP: gl.con
     return gl.convert_layout(x, L, assert_trivial=True)
 
 
+@gluon.constexpr_function
+def _in_halfword_blocks(ll, BN):
+    """The linear layout ``ll`` of the weights' 8-bit wgmma operand ``[BN, 128]`` (its first two register bases: k
+    bits 0 and 1, a register's four codes), those two bases dropped, as the layout of the weight stage read as
+    halfwords ``[BN / 64, 16, 2, 64]`` (halfword ``2 c + i`` of row ``(b1, r, b0)``: nibbles ``4 i .. 4 i + 3`` of
+    word row r — the codes ``k = 8 r + 4 i ..`` — of column ``64 b1 + 32 b0 + c``)."""
+    if [list(b) for b in ll.reg_bases[:2]] != [[0, 1], [0, 2]]:
+        raise ValueError(f"mma2 wg: the operand's registers do not hold four consecutive codes: {ll}")
+
+    def split(bases):
+        return [[n >> 6, k >> 3, n >> 5 & 1, (n & 31) << 1 | k >> 2 & 1] for n, k in bases]
+    return gl.DistributedLinearLayout(split(ll.reg_bases[2:]), split(ll.lane_bases), split(ll.warp_bases),
+                                      split(ll.block_bases), [BN // 64, 16, 2, 64])
+
+
+@gluon.constexpr_function
+def _wg_code_asm(INT8):
+    """PTX: the wgmma form's four codes of a register from their halfword ($1, as int32; the pack's other inputs
+    repeat it)."""
+    return _lookup("$1", _INT8_TABLES if INT8 else _E4M3_TABLES)
+
+
+@gluon.jit
+def _wg_weights(w_st, LA: gl.constexpr, INT8: gl.constexpr):
+    """A group's weights as the wgmma's A operand ``[BN, 128]`` in registers (layout LA, k-width 4), from a stage of
+    words ``[BN / 64, 16, 2, 32]``: each thread reads the halfword holding each register's four codes (the two
+    threads of a word read its halves), then one ``prmt`` lookup makes the register (:func:`_lookup`, codes ``c = q``)
+    — the register-only relabelling onto LA as :func:`_staged`'s."""
+    BN: gl.constexpr = w_st.shape[0] * 64
+    half = w_st._reinterpret(gl.int16, [BN // 64, 16, 2, 64], gl.NVMMASharedLayout(
+        swizzle_byte_width=w_st.layout.swizzle_byte_width, element_bitwidth=16, rank=4))
+    x = half.load(_in_halfword_blocks(gl.to_linear_layout(LA, [BN, 128]), BN))
+    x = gl.reshape(gl.permute(gl.reshape(x, [BN // 64, 16, 2, 32, 2]), (0, 2, 3, 1, 4)), [BN, 32]).to(gl.int32)
+    x = gl.convert_layout(gl.reshape(gl.join(gl.join(x, x), gl.join(x, x)), [BN, 128]), LA, assert_trivial=True)
+    c = gl.inline_asm_elementwise(_wg_code_asm(INT8), _regs(4, 1, "r"), [x], dtype=gl.int8, is_pure=True, pack=4)
+    return c if INT8 else c.to(gl.float8e4nv, bitcast=True)
+
+
+@gluon.jit
+def _wg_tokens(a_st, INT8: gl.constexpr):
+    """A stage's activation words ``[BM, 16]`` (int64, 128-byte rows) as the wgmma's B operand ``[128, BM]``: the
+    same bytes as 8-bit codes, K-major."""
+    BM: gl.constexpr = a_st.shape[0]
+    el: gl.constexpr = gl.int8 if INT8 else gl.float8e4nv
+    codes = a_st._reinterpret(el, [BM, 128], gl.NVMMASharedLayout(
+        swizzle_byte_width=a_st.layout.swizzle_byte_width, element_bitwidth=8, rank=2))
+    return codes.permute((1, 0))
+
+
 @gluon.jit
 def _along(v, SWAP: gl.constexpr, TOKENS: gl.constexpr):
     """A token (TOKENS) or column vector broadcast along the tile frame: tokens are its rows, columns its columns;
@@ -297,23 +356,28 @@ def _w4a8_mma2_kernel(
     BITS: gl.constexpr, INT8: gl.constexpr, GROUP_AS: gl.constexpr, SPLIT: gl.constexpr, RW: gl.constexpr,
     HW: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, PF: gl.constexpr = 0,
     K8: gl.constexpr = False, STAGES: gl.constexpr = 0, GPS: gl.constexpr = 1, ABLATE: gl.constexpr = 0,
-    SWAP: gl.constexpr = False, TRIGGER: gl.constexpr = False, WAIT: gl.constexpr = False,
+    SWAP: gl.constexpr = False, TRIGGER: gl.constexpr = False, WAIT: gl.constexpr = False, WG: gl.constexpr = False,
 ):
     if WAIT:  # launched as a programmatic dependent: the previous grid complete and its writes visible from here on
         gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
     NW: gl.constexpr = gl.num_warps()
     KW: gl.constexpr = 4 if K8 else 2  # a thread's consecutive k per register
     SLOTS: gl.constexpr = 8 * KW  # the MMA's k
-    # SWAP (a ring): the tile is [BN, 8 tokens] — the weights on the MMA's 16 rows, warps down them
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1] if SWAP else [1, NW],
-                                                  instr_shape=[16, 8])
+    # SWAP (a ring): the tile is [BN, 8 tokens] — the weights on the MMA's 16 rows, warps down them; WG: [BN, BM]
+    # on wgmma, a warpgroup per 64 rows
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 32]) \
+        if WG else gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1] if SWAP else [1, NW],
+                                             instr_shape=[16, 8])
     LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=KW)
     LB: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=KW)
     TOK: gl.constexpr = gl.SliceLayout(0 if SWAP else 1, MMA)  # a vector along the tokens
     COL: gl.constexpr = gl.SliceLayout(1 if SWAP else 0, MMA)  # a vector along the columns
     gl.static_assert((BITS == 4 or BITS == 5 and STAGES > 0 and (INT8 or not K8)) and BK == 128,
                      "int5: from the ring, fp16 operands or int8 x int8")
-    gl.static_assert(BM == 8 if SWAP else BM == 16 or BM == 32 or BM == 64, "token tiles: 8 (swap-AB), 16, 32, 64")
+    gl.static_assert(BM == 8 if SWAP and not WG else BM == 16 or BM == 32 or BM == 64 or WG and BM == 8,
+                     "token tiles: 8 (swap-AB), 16, 32, 64 (wg: 8 too)")
+    gl.static_assert(not WG or SWAP and K8 and STAGES > 0 and BITS == 4 and ABLATE == 0 and BN == 16 * NW and
+                     NW % 4 == 0, "wg: swap-AB, 8-bit operands from the ring, int4, 64 weight rows per warpgroup")
     gl.static_assert(STAGES > 0 or not SWAP, "swap-AB reads its operands from the ring")
     MT = (M + BM - 1) // BM  # token tiles per column tile: adjacent programs of the same columns
     m0 = gl.program_id(0) % MT * BM
@@ -380,6 +444,12 @@ def _w4a8_mma2_kernel(
             mbarrier.wait(ring[3].index(st), (rel // STAGES) & 1)
             if ABLATE == 4:  # bench only (wrong results): the ring alone, no fragment read
                 sz = gl.zeros([BN], gl.int32, COL) + rel
+            elif WG:  # the group sums on wgmma before the stage is refilled: it reads the activations there
+                sz = ring[2].index(st).load(COL)
+                t = gl.zeros(FRAME, gl.int32 if INT8 else gl.float32, MMA)
+                t = warpgroup_mma(_wg_weights(ring[0].index(st), LA, INT8), _wg_tokens(ring[1].index(st), INT8), t,
+                                  use_acc=False, is_async=True)
+                t = warpgroup_mma_wait(num_outstanding=0, deps=(t,))
             else:  # SWAP: the stages read transposed, the weights as the A operand and the activations as B
                 w0 = _staged(ring[0].index(st), 0, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP, True)
                 w1 = _staged(ring[0].index(st), 1, LA if SWAP else LB, KW, 0 if SWAP else 1, SWAP, True)
@@ -404,16 +474,17 @@ def _w4a8_mma2_kernel(
             asum = gl.convert_layout(gl.sum((a0 ^ a1).to(gl.int32), axis=1), gl.SliceLayout(1, MMA))
             acc += (wsum[None, :] + asum[:, None]).to(gl.float32) + (rs + ag)[:, None]
         else:
-            t = gl.zeros(FRAME, gl.int32 if K8 and INT8 else gl.float32, MMA)
-            if BITS == 4:  # no fifth bits
-                h0 = w0
-                h1 = w1
-            for j in gl.static_range(4 // (KW // 2)):
-                A, B = _operands(a0, w0, h0, j, K8, INT8, BITS)
-                t = mma_v2(B, A, t) if SWAP else mma_v2(A, B, t)
-            for j in gl.static_range(4 // (KW // 2)):
-                A, B = _operands(a1, w1, h1, j, K8, INT8, BITS)
-                t = mma_v2(B, A, t) if SWAP else mma_v2(A, B, t)
+            if not WG:
+                t = gl.zeros(FRAME, gl.int32 if K8 and INT8 else gl.float32, MMA)
+                if BITS == 4:  # no fifth bits
+                    h0 = w0
+                    h1 = w1
+                for j in gl.static_range(4 // (KW // 2)):
+                    A, B = _operands(a0, w0, h0, j, K8, INT8, BITS)
+                    t = mma_v2(B, A, t) if SWAP else mma_v2(A, B, t)
+                for j in gl.static_range(4 // (KW // 2)):
+                    A, B = _operands(a1, w1, h1, j, K8, INT8, BITS)
+                    t = mma_v2(B, A, t) if SWAP else mma_v2(A, B, t)
             if ABLATE == 3:  # bench only (wrong results): no scale fold
                 acc += t.to(gl.float32)
             else:

@@ -481,7 +481,7 @@ def _loop(**knobs) -> dict:
     """A complete decode loop config (every knob set, so a named config passed as an override replaces the
     default's knobs rather than inheriting them): the nib8 loop, kernel-side reduce, unless ``knobs`` say."""
     return dict(occ=None, reduce="kernel", dot16=True, nib8=True, swap=False, apre=False, maxnreg=None,
-                gemv=False, mma2=False, pf=0, k8=False, rw=None, ring=0) | knobs
+                gemv=False, mma2=False, pf=0, k8=False, rw=None, ring=0, wg=False) | knobs
 
 
 DECODE = {
@@ -543,6 +543,12 @@ DECODE = {
 #: all of a tile's tokens (the MMAs repeat down the rows), against once per 16 tokens (the decode band past 16 tokens).
 DECODE |= {f"{name}b{bm}": {**DECODE[name], "BM": bm} for bm in (32, 64)
            for name in ("mma2t2", "mma2n64t2o12", "mma8n64t2", "mma8n64t2o12")}
+#: "wg*" (``wg``, sm_90): the swap-AB ring on wgmma — a group's weights converted once in registers into the 8-bit A
+#: operand (one ``prmt`` lookup per four codes), all of a column tile's tokens (8-64) the B operand read from the
+#: activation stage as it landed (:mod:`.mma2` WG); "n64" one warpgroup (64 columns), else two; "t2" / "t4" ring depth.
+DECODE |= {f"wg{n}t{ring}o{occ}": _loop(BN=bn, num_warps=bn // 16, num_stages=1, dot16=False, nib8=False, mma2=True,
+                                        k8=True, swap=True, wg=True, ring=ring, occ=occ)
+           for n, bn in (("n64", 64), ("", 128)) for ring in (2, 4) for occ in (4, 8)}
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
 #: above it the nib8 MMA loop. int8: ``dp4a`` issues at ~16 lanes / clock / SM
@@ -618,7 +624,8 @@ BLOCKWISE_DEFAULT = "blockwise"
 WGMMA_DEFAULT = "wgmmam64"
 WGMMA_INT8_DEFAULT, WS_MIN_M = "wgmmaws", 128
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
-         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma", "ring", "ws"}
+         "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma", "ring", "ws",
+         "wg"}
 
 
 def _balanced_splits(tiles: int, G: int, M: int) -> int:
@@ -658,7 +665,7 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
         cfg = dict(splits=1, **PREFILL[prefill])
     base = dict(occ=None, reduce="kernel", rw=None, dot16=False, nib8=False, swap=False, ablate="none", maxnreg=None,
                 apre=False, gemv=False, mma2=False, pf=0, k8=False, predeq=False, blockwise=False, wgmma=False, ring=0,
-                ws=False)
+                ws=False, wg=False)
     cfg = base | cfg | override
     if cfg["gemv"]:
         if band != "decode" or M > GEMV_BM_MAX:
@@ -677,18 +684,23 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
                 cfg["ablate"] not in ("none", "nodot", "nofold", "ring" if cfg["ring"] else "none"):
             raise ValueError("w4a8_gemm config: mma2 has no dot16 / nib8 / apre / gemv / ablate but nodot, nofold, "
                              "ring (ring configs)")
-        if cfg["swap"]:  # swap-AB: weights on the MMA's rows, tiles of up to 8 tokens on its columns
-            if not cfg["ring"] or cfg["ablate"] == "nodot":
+        if cfg["wg"] and not (cfg["swap"] and cfg["k8"] and cfg["ablate"] == "none" and cfg["num_warps"] % 4 == 0
+                              and cfg["BN"] == 16 * cfg["num_warps"]):
+            raise ValueError("w4a8_gemm config: wg (wgmma decode) is a swap-AB ring config on 8-bit operands, no "
+                             f"ablation, 64 weight rows per warpgroup (BN = 16 num_warps), got swap={cfg['swap']}, "
+                             f"k8={cfg['k8']}, ablate={cfg['ablate']!r}, BN={cfg['BN']}, num_warps={cfg['num_warps']}")
+        if cfg["swap"]:  # swap-AB: weights on the MMA's rows, tiles of up to 8 tokens on its columns (wg: up to
+            if not cfg["ring"] or cfg["ablate"] == "nodot":  # the decode band's 64, one tile for all tokens)
                 raise ValueError(f"w4a8_gemm config: mma2 swap needs a ring (no nodot ablation), got "
                                  f"ring={cfg['ring']}, ablate={cfg['ablate']!r}")
-            cfg["BM"] = 8
+            cfg["BM"] = _pow2_at_least(min(M, DECODE_MAX_M), 8) if cfg["wg"] else 8
         else:  # token tiles of 16 (the MMA's rows) unless the named config sets 32 / 64 (one weight unpack for
             cfg["BM"] = override.get("BM", 16)  # all its tokens); more tokens as adjacent programs of the same columns
             if cfg["BM"] not in (16, 32, 64):
                 raise ValueError(f"w4a8_gemm config: mma2 token tiles are 16, 32 or 64 rows, got BM={cfg['BM']}")
-    elif cfg["k8"] or cfg["ring"]:
-        raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands) and ring (TMA operand stages) are knobs of the "
-                         "mma2 kernel")
+    elif cfg["k8"] or cfg["ring"] or cfg["wg"]:
+        raise ValueError("w4a8_gemm config: k8 (8-bit MMA operands), ring (TMA operand stages) and wg (wgmma) are "
+                         "knobs of the mma2 kernel")
     elif cfg["ablate"] in ABLATIONS.keys() - {"none", "nodot", "noload"}:
         raise ValueError(f"w4a8_gemm config: the nib8 loops' ablations are nodot, noload; {cfg['ablate']!r} is an "
                          "mma2 one")
@@ -817,13 +829,17 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         if interp or torch.device(device).type != "cuda" or torch.version.cuda is None:
             raise ValueError(f"{op}: the mma2 config (Gluon, inline PTX) runs on NVIDIA GPUs only; elsewhere the "
                              "Triton nib8 loop is its twin")
-        if constexprs["BITS"] == 5 and (not cfg["ring"] or cfg["k8"] and not constexprs["INT8"] or N % 16):
+        if constexprs["BITS"] == 5 and (not cfg["ring"] or cfg["k8"] and not constexprs["INT8"] or cfg["wg"] or N % 16):
             raise ValueError(f"{op}: int5 weights run on the mma2 ring configs (*t*) with fp16 operands, or 8-bit ones "
-                             f"for int8 activations (mma8*t*), and N a multiple of 16 (TMA rows of fifth-bit bytes); "
-                             f"got ring={cfg['ring']}, k8={cfg['k8']}, int8={constexprs['INT8']}, N={N}")
+                             f"for int8 activations (mma8*t*; not wg), and N a multiple of 16 (TMA rows of fifth-bit "
+                             f"bytes); got ring={cfg['ring']}, k8={cfg['k8']}, wg={cfg['wg']}, "
+                             f"int8={constexprs['INT8']}, N={N}")
         need = (8, 0) if constexprs["INT8"] else (8, 9)  # mma.sync m16n8k16; e4m3 pairs: cvt.rn.f16x2.e4m3x2
         if torch.cuda.get_device_capability(device) < need:
             raise ValueError(f"{op}: the mma2 config needs compute capability >= {need} for these activations")
+        if cfg["wg"] and torch.cuda.get_device_capability(device)[0] != 9:
+            raise ValueError(f"{op}: the wg config (wgmma) runs on sm_90 only, got compute capability "
+                             f"{torch.cuda.get_device_capability(device)}")
         if cfg["ring"] and (torch.cuda.get_device_capability(device) < (9, 0) or N % 4):
             raise ValueError(f"{op}: the mma2 ring (TMA) needs compute capability >= (9, 0) and N a multiple of 4 "
                              f"(got {torch.cuda.get_device_capability(device)}, N={N})")
@@ -851,7 +867,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
             pdl = {"launch_pdl": True}
     if cfg["mma2"]:
         constexprs.update(PF=cfg["pf"], K8=cfg["k8"], STAGES=cfg["ring"], ABLATE=ABLATIONS[cfg["ablate"]],
-                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"])
+                          GPS=triton.next_power_of_2(cfg["per"]) if cfg["ring"] else 1, SWAP=cfg["swap"], WG=cfg["wg"])
         if cfg["ring"]:
             from radiance_kernels.ops.w4a8_gemm.mma2 import ring_descriptors  # Gluon: imported where it can run
 
