@@ -178,10 +178,10 @@ def gemv_variants(name: str, knobs: dict) -> list:
 
 
 def mma2_variants(name: str, knobs: dict) -> list:
-    """The mma.sync decode kernel (:mod:`w4a8_gemm.mma2`, Gluon), int4 at M = 16 (swap-AB: 8; wg: 16 and 64), both
+    """The mma.sync decode kernel (:mod:`w4a8_gemm.mma2`, Gluon), int4 at M = 16 (swap-AB: 8; wg: 8, 16 and 64), both
     activation elements per-group; ring configs also int5 (8-bit operands: int8 activations; not wg)."""
     out = []
-    for m in (16, 64) if knobs.get("wg") else (8 if knobs.get("swap") else 16,):
+    for m in (8, 16, 64) if knobs.get("wg") else (8 if knobs.get("swap") else 16,):
         cfg = w4.config(m, 14336, 5120, "decode", False, knobs)
         widths = (4, 5) if cfg["ring"] and not cfg["wg"] else (4,)
         for bits, int8 in itertools.product(widths, (False, True)):

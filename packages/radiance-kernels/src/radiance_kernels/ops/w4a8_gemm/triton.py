@@ -548,7 +548,8 @@ DECODE |= {f"{name}b{bm}": {**DECODE[name], "BM": bm} for bm in (32, 64)
 #: activation stage as it landed (:mod:`.mma2` WG); "n64" one warpgroup (64 columns), else two; "t2" / "t4" ring depth.
 DECODE |= {f"wg{n}t{ring}o{occ}": _loop(BN=bn, num_warps=bn // 16, num_stages=1, dot16=False, nib8=False, mma2=True,
                                         k8=True, swap=True, wg=True, ring=ring, occ=occ)
-           for n, bn in (("n64", 64), ("", 128)) for ring in (2, 4) for occ in (4, 8)}
+           for n, bn in (("n64", 64), ("", 128)) for ring in (2, 4) for occ in (4, 8, 12, 16)
+           if occ <= 8 or (bn, ring) == (64, 2)}
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
 #: above it the nib8 MMA loop. int8: ``dp4a`` issues at ~16 lanes / clock / SM
