@@ -565,7 +565,8 @@ def test_mma2_ring_knobs_are_checked():
 
 def test_split_reduction_width_auto():
     """rw unset: swap-AB mma2 configs reduce 8 split partials per L2 round trip from RW8_SPLITS splits on, 4 below, on
-    16-token mma2 tiles and on every other kernel; a config that names its rw keeps it, a bad one is named."""
+    16-token mma2 tiles and on every other kernel, the wgmma form at most 64 / BM; a config that names its rw keeps it,
+    a bad one is named."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     for name, splits, rw in (("mma2t2s", impl.RW8_SPLITS, 8), ("mma2t2s", impl.RW8_SPLITS - 1, 4), ("mma8n64t2", 16, 4),
@@ -573,6 +574,8 @@ def test_split_reduction_width_auto():
         cfg = impl.config(8, 5120, 6144, "decode", False, {**impl.DECODE[name], "splits": splits})
         assert (cfg["splits"], cfg["rw"]) == (splits, rw), (name, cfg)
     assert impl.config(8, 5120, 6144, "decode", False, {**impl.DECODE["mma2t2s"], "splits": 12, "rw": 4})["rw"] == 4
+    wg = {**impl.DECODE["wgn64t2o16"], "splits": 12}  # the wgmma form: rw x BM <= 64 (its [64, BM] partials' registers)
+    assert [impl.config(m, 5120, 6144, "decode", False, wg)["rw"] for m in (8, 16, 32, 64)] == [8, 4, 2, 1]
     with pytest.raises(ValueError, match="rw"):
         impl.config(8, 5120, 6144, "decode", False, {**impl.DECODE["mma2t2s"], "rw": 3})
 

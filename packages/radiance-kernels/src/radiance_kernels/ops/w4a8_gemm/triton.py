@@ -548,8 +548,9 @@ DECODE |= {f"{name}b{bm}": {**DECODE[name], "BM": bm} for bm in (32, 64)
 #: activation stage as it landed (:mod:`.mma2` WG); "n64" one warpgroup (64 columns), else two; "t2" / "t4" ring depth.
 DECODE |= {f"wg{n}t{ring}o{occ}": _loop(BN=bn, num_warps=bn // 16, num_stages=1, dot16=False, nib8=False, mma2=True,
                                         k8=True, swap=True, wg=True, ring=ring, occ=occ)
-           for n, bn in (("n64", 64), ("", 128)) for ring in (2, 4) for occ in (4, 8, 12, 16)
-           if occ <= 8 or (bn, ring) == (64, 2)}
+           for n, bn in (("n64", 64), ("", 128)) for ring in (2, 4) for occ in (2, 4, 8, 12, 16)
+           if 4 <= occ <= 8 or (bn, ring) == (64, 2)}
+DECODE["wgn64t2o4r4"] = {**DECODE["wgn64t2o4"], "rw": 4}  # the reduction's width as before the auto rule
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
 #: above it the nib8 MMA loop. int8: ``dp4a`` issues at ~16 lanes / clock / SM
@@ -735,8 +736,10 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
             cfg["splits"] = _balanced_splits(tiles, G, min(M, cfg["BM"]))
     cfg["per"] = triton.cdiv(G, cfg["splits"])
     cfg["splits"] = triton.cdiv(G, cfg["per"])
-    if cfg["rw"] is None:  # auto: wider reduction steps where a swap-AB tile has many splits
-        cfg["rw"] = 8 if cfg["mma2"] and cfg["swap"] and cfg["splits"] >= RW8_SPLITS else 4
+    if cfg["rw"] is None:  # auto: wider reduction steps where a swap-AB tile has many splits; the wgmma form's
+        cfg["rw"] = 8 if cfg["mma2"] and cfg["swap"] and cfg["splits"] >= RW8_SPLITS else 4  # [64, BM] partials:
+        if cfg["wg"]:  # RW x BM <= 64 (ptxas sm_90, M = 64: 246 registers at rw 4, 167 at 2, 128 at 1)
+            cfg["rw"] = min(cfg["rw"], max(1, 64 // cfg["BM"]))
     if cfg["rw"] not in (1, 2, 4, 8, 16):
         raise ValueError(f"w4a8_gemm config: rw (split partials per reduction step) must be 1, 2, 4, 8 or 16, got "
                          f"{cfg['rw']!r}")
