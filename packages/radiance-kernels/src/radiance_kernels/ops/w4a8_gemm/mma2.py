@@ -56,6 +56,22 @@ call 82: gate_up e4m3 at M = 8 43.2 us against the Triton nib8 loop's 87.6 (call
 operands (``K8``): the four code bytes of a register take bits j, j + 2, j + 4, j + 6 of the byte at their bit 4 by
 one mask, one multiply and one ``lop3`` (349 against 205 instructions; H200 call 84: 1.05-1.39x the fp16 operands).
 
+``WG`` (with ``SWAP``, ``K8`` and a ring; int4; sm_90): the group sums on ``wgmma`` — the weights are its A operand
+from registers (a warpgroup per 64 columns), all of the column tile's tokens (``BM`` 8-64, one tile) its N, read as
+B straight from the activation stage the TMA filled (the int64 words are the ``[BM, 128]`` 8-bit codes, K-major).
+wgmma's A fragment wants each register's four codes consecutive in K, in natural order (B is not permuted), so a
+thread reads the *halfword* holding them (nibbles ``4 i .. 4 i + 3`` of a word; the two threads of a word read its two
+halves) and one ``prmt`` lookup of codes ``c = q`` makes the register (e4m3 or int8 tables: four instructions per
+four codes; the row-sum term keeps ``z``): each weight is converted once per step for every token, where the mma.sync
+forms convert it once per 8 / 16 / 64-token tile and, for e4m3, widen both operands to fp16 (sm_90 has no 8-bit
+e4m3 ``mma.sync``). The MMA is waited for (``wait_group 0``) before the stage is refilled; the fold is the same.
+ptxas sm_90 (e4m3 per-group): 0.108 warp-instructions per weight at M = 16 (mma2 16-token ring 0.107), 0.162 at
+M = 64 (``*b64`` 0.221); split partials ``[64, BM]`` reduced at most ``64 / BM`` per step (registers: 246 -> 128 at
+M = 64; call 163: +0-7 %). H200 call 161 (int4, µs, one run, best wg / best mma.sync config): e4m3 M = 16
+1.12-1.30x (gate_up 38.7 / 43.5), M = 32 1.24-1.60x (47.0 / 75.0), M = 64 1.27-1.61x (69.6 / 112.2); int8 activations
+0.78-1.07x (s8 ``mma.sync`` is native: wg wins only some M = 32-64 rows); at M <= 8 (call 162) it loses 0-13 % (e4m3)
+and 7-20 % (int8).
+
 ``TRIGGER`` (:func:`radiance_kernels.backends.programmatic_launch_on`): after its group loop each program lets the
 next launch start (``griddepcontrol.launch_dependents``): the next layer's producer, launched as a programmatic
 dependent, is scheduled during the split reduction and the epilogue and waits there for this grid. H200 call 73
@@ -70,10 +86,10 @@ in one process: -0.05 to -4.7 % (int4 e4m3 deferred 6.59 -> 6.28 ms). Scheduled 
 its own wait is over, so this grid lands beside the producer's programs, with the ring's weight tiles issued before
 the wait — the stack lost 3-34 % (call 114): reverted.
 
-NVIDIA-only (inline PTX, Gluon's ``mma_v2``); the portable twin is the Triton nib8 loop (:mod:`.triton`), the same
-math and weight layout. Tile: 16 tokens (swap-AB: tiles of 8) x ``BN`` columns, warps side by side along N; splits
-and the split-order reduction as the Triton decode band. Not runnable under the interpreter: tested on GPUs against
-the reference.
+NVIDIA-only (inline PTX, Gluon's ``mma_v2``; WG: sm_90's ``wgmma``); the portable twin is the Triton nib8 loop
+(:mod:`.triton`), the same math and weight layout. Tile: 16 tokens (swap-AB: tiles of 8; WG: 8-64) x ``BN`` columns,
+warps side by side along N (swap-AB: down them); splits and the split-order reduction as the Triton decode band. Not
+runnable under the interpreter: tested on GPUs against the reference.
 """
 
 from __future__ import annotations
