@@ -564,20 +564,40 @@ def test_mma2_ring_knobs_are_checked():
 
 
 def test_split_reduction_width_auto():
-    """rw unset: swap-AB mma2 configs reduce 8 split partials per L2 round trip from RW8_SPLITS splits on, 4 below, on
-    16-token mma2 tiles and on every other kernel, the wgmma form at most 64 / BM; a config that names its rw keeps it,
-    a bad one is named."""
+    """rw unset: mma2 configs take the width with the fewest L2 round trips of their reduction (ties: narrower), every
+    other kernel 4; a config that names its rw keeps it, a bad one is named."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    for name, splits, rw in (("mma2t2s", impl.RW8_SPLITS, 8), ("mma2t2s", impl.RW8_SPLITS - 1, 4), ("mma8n64t2", 16, 4),
-                             ("nib8", 16, 4), ("gemv128_o16r", 16, 16)):
-        cfg = impl.config(8, 5120, 6144, "decode", False, {**impl.DECODE[name], "splits": splits})
-        assert (cfg["splits"], cfg["rw"]) == (splits, rw), (name, cfg)
+    # (config, M, splits) -> (rw, round trips): the wgmma form at 64 tokens reads [32, 64] chunks 4 partials a step
+    for (name, m, splits), want in {("wgn64t2o4", 64, 6): (4, 4), ("wgn64t2o4", 64, 12): (4, 6),
+                                    ("wgn64t2o4", 16, 6): (8, 1), ("mma2t2s", 8, 12): (8, 2),
+                                    ("mma8n64t2", 16, 12): (4, 3), ("mma8n64t2so6", 8, 1): (1, 1)}.items():
+        cfg = impl.config(m, 5120, 6144, "decode", False, {**impl.DECODE[name], "splits": splits})
+        steps = impl.reduce_steps(cfg["BM"], cfg["BN"], cfg["rw"], cfg["num_warps"], splits)
+        assert (cfg["splits"], cfg["rw"], steps) == (splits, *want), (name, m, cfg)
+        assert all(impl.reduce_steps(cfg["BM"], cfg["BN"], rw, cfg["num_warps"], splits) >= steps
+                   for rw in impl.RW_WIDTHS)
+    for name in ("nib8", "swap"):
+        assert impl.config(8, 5120, 6144, "decode", False, {**impl.DECODE[name], "splits": 16})["rw"] == 4
+    assert impl.config(8, 5120, 6144, "decode", False, {**impl.DECODE["gemv128_o16r"], "splits": 16})["rw"] == 16
     assert impl.config(8, 5120, 6144, "decode", False, {**impl.DECODE["mma2t2s"], "splits": 12, "rw": 4})["rw"] == 4
-    wg = {**impl.DECODE["wgn64t2o16"], "splits": 12}  # the wgmma form: rw x BM <= 64 (its [64, BM] partials' registers)
-    assert [impl.config(m, 5120, 6144, "decode", False, wg)["rw"] for m in (8, 16, 32, 64)] == [8, 4, 2, 1]
     with pytest.raises(ValueError, match="rw"):
         impl.config(8, 5120, 6144, "decode", False, {**impl.DECODE["mma2t2s"], "rw": 3})
+
+
+def test_split_reduction_chunks():
+    """The mma2 reduction's chunk rows: a power of two dividing the tile, its RW partials and their sum at most 80
+    values per thread, at least the rows one pass of 16-byte column vectors covers."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    for bm, bn, nw, rw in itertools.product((8, 16, 32, 64), (64, 128), (2, 4, 8), impl.RW_WIDTHS):
+        if bn != 16 * nw and (bn, nw) != (64, 2) and (bn, nw) != (128, 4):
+            continue
+        rows = impl.reduce_rows(bm, bn, rw, nw)
+        assert rows & (rows - 1) == 0 and bm % rows == 0, (bm, bn, nw, rw, rows)
+        floor = min(bm, 128 * nw // bn)
+        assert rows == floor or (rw + 1) * rows * bn <= 80 * 32 * nw, (bm, bn, nw, rw, rows)
+        assert rows == bm or (rw + 1) * 2 * rows * bn > 80 * 32 * nw, (bm, bn, nw, rw, rows)
 
 
 def test_decode_runs_gemv_by_default(monkeypatch, device):

@@ -102,6 +102,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from radiance_kernels.ops.w4a8_gemm import tma_tiles
+from radiance_kernels.ops.w4a8_gemm.triton import reduce_rows
 
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # Triton 3.7 / 3.6 name
 #: e4m3 of the codes 0..7 and 8..15, bytes little-endian: prmt's tables (two registers each)
@@ -529,27 +530,43 @@ def _w4a8_mma2_kernel(
     out = out_ptr + _along(mo, SWAP, True) * stride_om + _along(no, SWAP, False)
     if SPLIT == 0:
         gl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
+    elif SPLIT == 1:  # the partials are the output ``[S, M, N]``, summed by the host or the consumer
         part_ptrs = ws_ptr + _along(mo, SWAP, True) * N + _along(no, SWAP, False)
         gl.store(part_ptrs + gl.program_id(1).to(gl.int64) * M * N, acc, mask=mask)
-        if SPLIT == 2:  # (1: the partials are the output, summed by the host or the consumer)
-            _reduce_partials(acc, part_ptrs, out, mask, cnt_ptr, M, N, RW)
+    else:  # tile-local partials ``[tiles, S, BM, BN]``, summed by the tile's last program
+        tile = ws_ptr + gl.program_id(0).to(gl.int64) * gl.num_programs(1) * (BM * BN)
+        local = _along(mo - m0, SWAP, True) * BN + _along(no - n0, SWAP, False)
+        gl.store(tile + gl.program_id(1) * (BM * BN) + local, acc)
+        _reduce_partials(tile, out_ptr, cnt_ptr, m0, n0, M, N, stride_om, BM, BN, RW)
 
 
 @gluon.jit
-def _reduce_partials(acc, part_ptrs, out, mask, cnt_ptr, M, N, RW: gl.constexpr):
-    """The tile's split arrival: the last program of the tile (``cnt``) sums its ``S`` partials in split order from
-    zero (RW per L2 round trip), stores it as ``out``'s element (bf16 or fp32) and resets the counter."""
+def _reduce_partials(tile, out_ptr, cnt_ptr, m0, n0, M, N, stride_om, BM: gl.constexpr, BN: gl.constexpr,
+                     RW: gl.constexpr):
+    """The tile's split arrival: the last program of the tile (``cnt``) sums its ``S`` partials, ``[BM, BN]`` each
+    from ``tile`` on, in split order from zero, stores the sum as ``out``'s rows (bf16 or fp32) and resets the counter.
+    It reads them in a layout of its own, whatever the MMA frame: 16-byte vectors along the columns at offsets fixed
+    by the tile (one address per partial), ``RW`` partials of a ``[rows, BN]`` chunk per L2 round trip
+    (:func:`.triton.reduce_rows`)."""
+    NW: gl.constexpr = gl.num_warps()
     S = gl.num_programs(1)
     _barrier()  # every thread's partial is written before the release below
     if gl.atomic_add(cnt_ptr + gl.program_id(0), 1, sem="acq_rel", scope="gpu") == S - 1:
-        total = gl.zeros_like(acc)
-        for i0 in range(0, S, RW):  # RW partials per L2 round trip, added in split order
-            for r in gl.static_range(RW):
-                live = i0 + r < S
-                p = gl.load(part_ptrs + (i0 + r) * M * N, mask=mask & live, other=0.0, cache_modifier=".cg")
-                total = gl.where(live, total + p, total)
-        gl.store(out, total.to(out.dtype.element_ty), mask=mask)
+        RED: gl.constexpr = gl.BlockedLayout([1, 4], [128 // BN, BN // 4], [NW, 1], [1, 0])
+        RCH: gl.constexpr = reduce_rows(BM, BN, RW, NW)
+        r = gl.arange(0, RCH, layout=gl.SliceLayout(1, RED))
+        c = gl.arange(0, BN, layout=gl.SliceLayout(0, RED))
+        for r0 in gl.static_range(0, BM, RCH):
+            chunk = tile + (r0 + r)[:, None] * BN + c[None, :]
+            total = gl.zeros([RCH, BN], gl.float32, RED)
+            for i0 in range(0, S, RW):  # RW partials per L2 round trip, added in split order
+                for j in gl.static_range(RW):
+                    p = gl.load(chunk + gl.minimum(i0 + j, S - 1) * (BM * BN), cache_modifier=".cg")
+                    total = gl.where(i0 + j < S, total + p, total)
+            rows = m0 + r0 + r
+            cols = n0 + c
+            gl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], total.to(out_ptr.dtype.element_ty),
+                     mask=(rows < M)[:, None] & (cols < N)[None, :])
         gl.store(cnt_ptr + gl.program_id(0), 0)  # every arrival is in: the counter is free for the next launch
 
 

@@ -44,10 +44,25 @@ from radiance_kernels.ops.w4a8_gemm.reference import DECODE_MAX_M, GROUP, W4Prep
 from radiance_kernels.tl.bf16 import to_bf16
 from radiance_kernels.tl.e4m3 import e4m3_encode_sw
 
-RW8_SPLITS = 8  # swap-AB mma2 configs take 8 split partials per reduction step from this many splits (rw auto)
+RW_WIDTHS = (1, 2, 4, 8, 16)  # split partials per reduction step (rw)
 # Runtime ints that vary per call/layer: one compiled kernel for all of them (no 1 / %16 variants).
 NO_SPECIALIZE = ["M", "b1", "b2", "groups_per_split"]
 _SMS = 132  # H200
+
+
+@triton.constexpr_function
+def reduce_rows(BM: int, BN: int, RW: int, NW: int) -> int:
+    """The mma2 split reduction's chunk: rows of the ``[BM, BN]`` tile read per step, the ``RW`` partials of
+    ``[rows, BN]`` in flight and their sum holding at most 80 fp32 per thread of ``NW`` warps (ptxas sm_90: the wgmma
+    form at BM = 64 stays at its loop's 128 registers; a power of two, at least the ``128 NW / BN`` rows its 16-byte
+    column vectors cover, at most the tile)."""
+    rows = 80 * 32 * NW // ((RW + 1) * BN)
+    return max(min(BM, 128 * NW // BN), min(BM, 1 << max(0, rows.bit_length() - 1)))
+
+
+def reduce_steps(BM: int, BN: int, RW: int, NW: int, splits: int) -> int:
+    """L2 round trips of the mma2 split reduction: chunks of the tile x steps of ``RW`` partials."""
+    return triton.cdiv(BM, reduce_rows(BM, BN, RW, NW)) * triton.cdiv(splits, RW)
 
 
 @triton.jit
@@ -740,12 +755,13 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
             cfg["splits"] = _balanced_splits(tiles, G, min(M, cfg["BM"]))
     cfg["per"] = triton.cdiv(G, cfg["splits"])
     cfg["splits"] = triton.cdiv(G, cfg["per"])
-    if cfg["rw"] is None:  # auto: wider reduction steps where a swap-AB tile has many splits; the wgmma form's
-        cfg["rw"] = 8 if cfg["mma2"] and cfg["swap"] and cfg["splits"] >= RW8_SPLITS else 4  # [64, BM] partials:
-        if cfg["wg"]:  # RW x BM <= 64 (ptxas sm_90, M = 64: 246 registers at rw 4, 167 at 2, 128 at 1)
-            cfg["rw"] = min(cfg["rw"], max(1, 64 // cfg["BM"]))
-    if cfg["rw"] not in (1, 2, 4, 8, 16):
-        raise ValueError(f"w4a8_gemm config: rw (split partials per reduction step) must be 1, 2, 4, 8 or 16, got "
+    if cfg["rw"] is None and cfg["mma2"]:  # auto: the fewest round trips of the mma2 reduction (ties: narrower)
+        cfg["rw"] = min(RW_WIDTHS, key=lambda rw: reduce_steps(cfg["BM"], cfg["BN"], rw, cfg["num_warps"],
+                                                                cfg["splits"]))
+    elif cfg["rw"] is None:
+        cfg["rw"] = 4
+    if cfg["rw"] not in RW_WIDTHS:
+        raise ValueError(f"w4a8_gemm config: rw (split partials per reduction step) must be one of {RW_WIDTHS}, got "
                          f"{cfg['rw']!r}")
     return cfg
 
@@ -858,7 +874,10 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     b = list(bounds) + [N] * (4 - len(bounds))
     tiles = triton.cdiv(M, cfg["BM"]) * triton.cdiv(N, bn)
     split = 0 if cfg["splits"] == 1 and not defer else 1 if defer or cfg["reduce"] == "host" else 2
-    ws = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=device) if split else out
+    if split == 2 and cfg["mma2"]:  # the mma2 kernel's partials: tile-local [tiles, S, BM, BN] (:mod:`.mma2`)
+        ws = torch.empty(tiles * cfg["splits"] * cfg["BM"] * bn, dtype=torch.float32, device=device)
+    else:
+        ws = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=device) if split else out
     cnt = counters(device, tiles) if split == 2 else out
     if cfg["maxnreg"]:  # ptxas register cap (more resident programs per SM)
         constexprs.update(maxnreg=cfg["maxnreg"])
