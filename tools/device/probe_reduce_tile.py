@@ -57,7 +57,7 @@ def row(proj, M, old):
         r[f"{elem}_config"], r[f"{elem}_splits"], r[f"{elem}_rw"] = name, c["splits"], c["rw"]
         qs = [cases.rotate_quant(x, wt, elem, "group") for wt in wts]
         r[f"{elem}_equal"] = bool(torch.equal(gemm(wts[0], qs[0], cfg), gemm(wts[0], qs[0], cfg, old)))
-        time_calls(r, {f"{elem}_{v}": [lambda wt=wt, q=q, k=k, d=d: gemm(wt, q, cfg, k, d)
+        time_calls(r, {f"{elem}_{v}": [lambda wt=wt, q=q, k=k, d=d, c=cfg: gemm(wt, q, c, k, d)
                                        for wt, q in zip(wts, qs, strict=True)]
                        for v, k, d in (("old", old, False), ("new", None, False), ("defer", None, True))}, reps=10)
         r[f"{elem}_new_x_old"] = r[f"{elem}_old_us"] / r[f"{elem}_new_us"]
