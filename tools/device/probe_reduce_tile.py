@@ -44,7 +44,7 @@ def row(proj, M, old):
     new = impl._mma2_kernel
 
     def gemm(wt, q, cfg, kernel=None, defer=False):
-        impl._mma2_kernel = kernel or new
+        impl._mma2_kernel = (lambda: kernel) if kernel else new
         try:
             return impl.gemm(*q, wt.w, wt.bounds, False, "decode", cfg=cfg, defer=defer)
         finally:
