@@ -563,13 +563,11 @@ DECODE |= {f"{name}b{bm}": {**DECODE[name], "BM": bm} for bm in (32, 64)
 #: activation stage as it landed (:mod:`.mma2` WG); "n64" one warpgroup (64 columns), else two; "t2" / "t4" ring depth,
 #: "o*" programs per SM. H200 call 161 (int4, M = 16-64, µs, best wg / best mma.sync config): e4m3 1.12-1.61x (gate_up
 #: M = 64 69.6 / 112.2), int8 0.78-1.07x; at M <= 8 0.80-1.00x (call 162). One warpgroup at 2 stages won every row
-#: but gate_up M = 16 (two warpgroups, call 161); "r4": the split reduction 4 partials wide at any M (call 163's A/B
-#: of the auto rule; at M <= 16 the same config as its sibling, and the table's pick for o_proj M = 16 by a tie).
+#: but gate_up M = 16 (two warpgroups, call 161).
 DECODE |= {f"wg{n}t{ring}o{occ}": _loop(BN=bn, num_warps=bn // 16, num_stages=1, dot16=False, nib8=False, mma2=True,
                                         k8=True, swap=True, wg=True, ring=ring, occ=occ)
            for n, bn in (("n64", 64), ("", 128)) for ring in (2, 4) for occ in (2, 4, 8, 12, 16)
            if 4 <= occ <= 8 or (bn, ring) == (64, 2)}
-DECODE["wgn64t2o4r4"] = {**DECODE["wgn64t2o4"], "rw": 4}
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
 #: above it the nib8 MMA loop. int8: ``dp4a`` issues at ~16 lanes / clock / SM
