@@ -66,8 +66,8 @@ four codes; the row-sum term keeps ``z``): each weight is converted once per ste
 forms convert it once per 8 / 16 / 64-token tile and, for e4m3, widen both operands to fp16 (sm_90 has no 8-bit
 e4m3 ``mma.sync``). The MMA is waited for (``wait_group 0``) before the stage is refilled; the fold is the same.
 ptxas sm_90 (e4m3 per-group): 0.108 warp-instructions per weight at M = 16 (mma2 16-token ring 0.107), 0.162 at
-M = 64 (``*b64`` 0.221); split partials ``[64, BM]`` reduced at most ``64 / BM`` per step (registers: 246 -> 128 at
-M = 64; call 163: +0-7 %). H200 call 161 (int4, µs, one run, best wg / best mma.sync config): e4m3 M = 16
+M = 64 (``*b64`` 0.221), 128 registers at M = 64 (the split reduction, :func:`_reduce_partials`, holds at most 80
+values per thread). H200 call 161 (int4, µs, one run, best wg / best mma.sync config): e4m3 M = 16
 1.12-1.30x (gate_up 38.7 / 43.5), M = 32 1.24-1.60x (47.0 / 75.0), M = 64 1.27-1.61x (69.6 / 112.2); int8 activations
 0.78-1.07x (s8 ``mma.sync`` is native: wg wins only some M = 32-64 rows); at M <= 8 (call 162) it loses 0-13 % (e4m3)
 and 7-20 % (int8).

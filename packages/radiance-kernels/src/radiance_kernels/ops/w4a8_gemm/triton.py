@@ -451,14 +451,16 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: 20.7 / 17.9, gate_up 43.4 / 34.0, down 30.1 / 22.6; M=2 gate_up 63.2 / 36.5; M=4 it beats the MMA loop on all but
 #: down (gate_up 53.4 vs 61.2). Since session 5 the gemv configs also take e4m3 activations (fp32 FMAs on exactly
 #: biased codes, :mod:`.gemv`): H200 call 28, M = 1, best gemv vs the best MMA config: qkv 20.2 vs 26.7, gate_up 36.7 vs
-#: 57.7, down 27.9 vs 33.2 us. "rw" (all configs) is the split reduction's partials per L2 round trip (None: auto, 8 for
-#: swap-AB mma2 configs at RW8_SPLITS splits or more, else 4): the gemv "r" siblings take 8 / 16, which pays where a
-#: tile has many splits of few groups (o_proj, 48 splits of one group: 15.5 -> 12.3 us, call 29) and costs residency
-#: elsewhere (its registers lift the 32-register gemv loop to ~50). Swap-AB at M = 8 (H200 call 78,
-#: ``tools/device/probe_tail.py``, us, rw 4 -> 8): down (13 splits) 20.6 -> 19.0 e4m3, 19.7 -> 18.7 int8; o_proj /
-#: out_proj (8) 11.1 -> 10.7-10.8; with 2-7 splits it cost up to 1.1 (gate_up 32.2 -> 33.3, qkv e4m3 16.2 -> 17.2: 64
-#: -> 78 registers). The 16-token tiles (M = 9-16) keep 4: at 8 their registers go 84-96 -> 168 (ptxas sm_90) and
-#: int8 M = 16 lost 13-21 % (call 79: o_proj 18.2 -> 20.6 us, down 27.4 -> 33.1).
+#: 57.7, down 27.9 vs 33.2 us. "rw" (all configs) is the split reduction's partials per L2 round trip (None: auto — 4,
+#: and on the mma2 kernel the width with the fewest round trips, :func:`reduce_steps`): the gemv "r" siblings take 8 /
+#: 16, which pays where a tile has many splits of few groups (o_proj, 48 splits of one group: 15.5 -> 12.3 us, call 29)
+#: and costs residency elsewhere (its registers lift the 32-register gemv loop to ~50). The mma2 kernel's reduction
+#: (since session 27) reads tile-local partials ``[tiles, S, BM, BN]`` in 16-byte vectors, one address per partial, in
+#: ``[rows, BN]`` chunks (:func:`reduce_rows`), whatever its MMA frame; before, it read ``[S, M, N]`` one element per
+#: load in the MMA layout, and the wgmma form at M = 64 afforded one partial per round trip. H200 call 170 (served
+#: picks, GEMM alone, one run, bit-identical outputs, µs before / after): o_proj M = 64 e4m3 21.8 / 17.9, M = 32 15.8 /
+#: 13.4, down M = 64 41.1 / 35.5, qkv M = 8 int8 15.4 / 12.9, o_proj M = 8 9.8 / 9.1; 1.00-1.22x on 38 of 40 rows (the
+#: int8 o_proj M = 32 / 64 pick of then, mma8n64t2o12, 0.98 / 0.96x; the table now takes others there, call 171).
 #: "mma2*" (decode band, int4, NVIDIA): the Gluon kernel of :mod:`.mma2` (16-token tiles, swap-AB 8; more tokens as
 #: adjacent programs of the same columns), both MMA operands loaded in their fragment layouts; "p" / "p2" load the
 #: fragments one / two groups ahead, "n64" is 64 columns on 2 warps at 8 programs per SM.
