@@ -12,23 +12,15 @@ linear with its rotate+quant launch too.
 
 import sys
 
-import torch
-from probe_rows import time_calls, write_rows
+from probe_rows import shape_row, time_calls, write_rows
 
 from radiance_bench.kernelbench import cases
-from radiance_bench.kernelbench.timing import copies_needed, graph_time
 from radiance_kernels.ops.w4a8_gemm import triton as impl
 from radiance_kernels.shapes import projections
 
 
 def row(proj, M):
-    N, K = proj.N, proj.K
-    n = copies_needed(cases.w4_weight(proj, 4, 0).nbytes)
-    wts = [cases.w4_weight(proj, 4, seed=i) for i in range(n)]
-    bf = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(copies_needed(2 * N * K))]
-    x = cases.activations(M, K, seed=M)
-    r = {"proj": proj.name, "M": M, "N": N, "K": K, "weight_copies": n}
-    r["cublas_bf16_us"] = graph_time([lambda w=w: x @ w.T for w in bf], reps=10).best_us
+    r, wts, x = shape_row(proj, M)
     for elem in ("e4m3", "int8"):
         qs = [cases.rotate_quant(x, wt, elem, "group") for wt in wts]
         time_calls(r, {f"{elem}_{name}": c for name, c in {
@@ -40,7 +32,7 @@ def row(proj, M):
         r[f"{elem}_served_x_cublas"] = r["cublas_bf16_us"] / r[f"{elem}_served_us"]
         r[f"{elem}_linear_x_cublas"] = r["cublas_bf16_us"] / r[f"{elem}_served_linear_us"]
         r[f"{elem}_served_x_nib8xpr"] = r[f"{elem}_nib8xpr_us"] / r[f"{elem}_served_us"]
-    del wts, bf
+    del wts
     return r
 
 

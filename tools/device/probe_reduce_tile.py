@@ -17,10 +17,9 @@ import importlib.util
 import sys
 
 import torch
-from probe_rows import time_calls, write_rows
+from probe_rows import shape_row, time_calls, write_rows
 
 from radiance_bench.kernelbench import cases
-from radiance_bench.kernelbench.timing import copies_needed, graph_time
 from radiance_kernels.ops.w4a8_gemm import triton as impl
 from radiance_kernels.ops.w4a8_gemm import tuned
 from radiance_kernels.shapes import projections
@@ -34,13 +33,8 @@ def baseline_kernel(path):
 
 
 def row(proj, M, old):
+    r, wts, x = shape_row(proj, M)
     N, K = proj.N, proj.K
-    n = copies_needed(cases.w4_weight(proj, 4, 0).nbytes)
-    wts = [cases.w4_weight(proj, 4, seed=i) for i in range(n)]
-    bf = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(copies_needed(2 * N * K))]
-    x = cases.activations(M, K, seed=M)
-    r = {"proj": proj.name, "M": M, "N": N, "K": K, "weight_copies": n}
-    r["cublas_bf16_us"] = graph_time([lambda w=w: x @ w.T for w in bf], reps=10).best_us
     new = impl._mma2_kernel
 
     def gemm(wt, q, cfg, kernel=None, defer=False):
@@ -62,7 +56,7 @@ def row(proj, M, old):
                        for v, k, d in (("old", old, False), ("new", None, False), ("defer", None, True))}, reps=10)
         r[f"{elem}_new_x_old"] = r[f"{elem}_old_us"] / r[f"{elem}_new_us"]
         r[f"{elem}_new_x_cublas"] = r["cublas_bf16_us"] / r[f"{elem}_new_us"]
-    del wts, bf
+    del wts
     return r
 
 

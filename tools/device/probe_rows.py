@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from radiance_bench.kernelbench.timing import graph_time
+from radiance_bench.kernelbench import cases
+from radiance_bench.kernelbench.timing import copies_needed, graph_time
 
 
 def time_calls(row: dict, calls: dict[str, list[Callable[[], object]]], **graph) -> dict:
@@ -26,3 +27,16 @@ def write_rows(path: str, rows: Iterable[dict]) -> None:
         out["rows"].append(r)
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
+
+
+def shape_row(proj, M: int) -> tuple[dict, list, torch.Tensor]:
+    """A row for ``proj`` at ``M`` tokens with the peer timed in it (cuBLAS bf16 ``x @ W.T`` over DRAM-fed copies), the
+    int4 weight copies that exceed the L2 and the bf16 activations ``x``."""
+    N, K = proj.N, proj.K
+    n = copies_needed(cases.w4_weight(proj, 4, 0).nbytes)
+    wts = [cases.w4_weight(proj, 4, seed=i) for i in range(n)]
+    bf = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(copies_needed(2 * N * K))]
+    x = cases.activations(M, K, seed=M)
+    r = {"proj": proj.name, "M": M, "N": N, "K": K, "weight_copies": n}
+    r["cublas_bf16_us"] = graph_time([lambda w=w: x @ w.T for w in bf], reps=10).best_us
+    return r, wts, x
