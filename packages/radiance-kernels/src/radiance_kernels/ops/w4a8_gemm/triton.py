@@ -459,7 +459,7 @@ def _block_n(bounds: list[int], want: int) -> int:
 #: ``[rows, BN]`` chunks (:func:`reduce_rows`), whatever its MMA frame; before, it read ``[S, M, N]`` one element per
 #: load in the MMA layout, and the wgmma form at M = 64 afforded one partial per round trip. H200 call 170 (served
 #: picks, GEMM alone, one run, bit-identical outputs, µs before / after): o_proj M = 64 e4m3 21.8 / 17.9, M = 32 15.8 /
-#: 13.4, down M = 64 41.1 / 35.5, qkv M = 8 int8 15.4 / 12.9, o_proj M = 8 9.8 / 9.1; 1.00-1.22x on 38 of 40 rows (the
+#: 13.4, down M = 64 41.1 / 35.5, qkv M = 8 int8 15.4 / 12.9, o_proj M = 8 9.8 / 9.1; 1.00-1.22x on 37 of 40 rows (the
 #: int8 o_proj M = 32 / 64 pick of then, mma8n64t2o12, 0.98 / 0.96x; the table now takes others there, call 171).
 #: "mma2*" (decode band, int4, NVIDIA): the Gluon kernel of :mod:`.mma2` (16-token tiles, swap-AB 8; more tokens as
 #: adjacent programs of the same columns), both MMA operands loaded in their fragment layouts; "p" / "p2" load the
