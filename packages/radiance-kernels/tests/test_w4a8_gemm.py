@@ -586,18 +586,19 @@ def test_split_reduction_width_auto():
 
 
 def test_split_reduction_chunks():
-    """The mma2 reduction's chunk rows: a power of two dividing the tile, its RW partials and their sum at most 80
-    values per thread, at least the rows one pass of 16-byte column vectors covers."""
+    """The mma2 reduction's chunk rows: a power of two dividing the tile, its RW partials and their sum at most
+    REDUCE_VALUES (80) values per thread, at least the rows one pass of 16-byte column vectors covers."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
+    assert impl.REDUCE_VALUES == 80  # the budget ptxas was checked at (sm90_report: wg at BM = 64, 128 registers)
     for bm, bn, nw, rw in itertools.product((8, 16, 32, 64), (64, 128), (2, 4, 8), impl.RW_WIDTHS):
         if bn != 16 * nw and (bn, nw) != (64, 2) and (bn, nw) != (128, 4):
             continue
         rows = impl.reduce_rows(bm, bn, rw, nw)
         assert rows & (rows - 1) == 0 and bm % rows == 0, (bm, bn, nw, rw, rows)
         floor = min(bm, 128 * nw // bn)
-        assert rows == floor or (rw + 1) * rows * bn <= 80 * 32 * nw, (bm, bn, nw, rw, rows)
-        assert rows == bm or (rw + 1) * 2 * rows * bn > 80 * 32 * nw, (bm, bn, nw, rw, rows)
+        assert rows == floor or (rw + 1) * rows * bn <= impl.REDUCE_VALUES * 32 * nw, (bm, bn, nw, rw, rows)
+        assert rows == bm or (rw + 1) * 2 * rows * bn > impl.REDUCE_VALUES * 32 * nw, (bm, bn, nw, rw, rows)
 
 
 def test_decode_runs_gemv_by_default(monkeypatch, device):

@@ -45,6 +45,7 @@ from radiance_kernels.tl.bf16 import to_bf16
 from radiance_kernels.tl.e4m3 import e4m3_encode_sw
 
 RW_WIDTHS = (1, 2, 4, 8, 16)  # split partials per reduction step (rw)
+REDUCE_VALUES = 80  # fp32 per thread the mma2 reduction holds per step (ptxas sm_90: wg at BM = 64 stays at 128 regs)
 # Runtime ints that vary per call/layer: one compiled kernel for all of them (no 1 / %16 variants).
 NO_SPECIALIZE = ["M", "b1", "b2", "groups_per_split"]
 _SMS = 132  # H200
@@ -53,10 +54,9 @@ _SMS = 132  # H200
 @triton.constexpr_function
 def reduce_rows(BM: int, BN: int, RW: int, NW: int) -> int:
     """The mma2 split reduction's chunk: rows of the ``[BM, BN]`` tile read per step, the ``RW`` partials of
-    ``[rows, BN]`` in flight and their sum holding at most 80 fp32 per thread of ``NW`` warps (ptxas sm_90: the wgmma
-    form at BM = 64 stays at its loop's 128 registers; a power of two, at least the ``128 NW / BN`` rows its 16-byte
-    column vectors cover, at most the tile)."""
-    rows = 80 * 32 * NW // ((RW + 1) * BN)
+    ``[rows, BN]`` in flight and their sum holding at most ``REDUCE_VALUES`` fp32 per thread of ``NW`` warps (a power
+    of two, at least the ``128 NW / BN`` rows its 16-byte column vectors cover, at most the tile)."""
+    rows = REDUCE_VALUES * 32 * NW // ((RW + 1) * BN)
     return max(min(BM, 128 * NW // BN), min(BM, 1 << max(0, rows.bit_length() - 1)))
 
 
