@@ -14,6 +14,7 @@ from conftest import FULL_SHAPES, GPU, REL, compiled_for_sm90, gemm_error
 
 from radiance_kernels import shapes
 from radiance_kernels.formats import awq, e4m3
+from radiance_kernels.ops.arrivals import counters
 from radiance_kernels.ops.w4a8_gemm import prepare, prepare_codes, unprepare
 
 GPU_CUDA = GPU and torch.version.cuda is not None
@@ -189,7 +190,7 @@ def test_split_reduction_width_is_bit_exact(name, device):
             for rw in (1, 2, 4, 16)]
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
     assert gemm_error(outs[0], call(A, AS, RS, w, [0, 256], False, "decode", "reference"))[0] <= REL
-    assert not impl.counters(device, 1).any()
+    assert not counters(device, 1, "w4a8_gemm").any()
     with pytest.raises(ValueError, match="rw"):
         impl.config(2, 256, 640, "decode", True, {"rw": 3})
 
@@ -497,17 +498,6 @@ def test_wgmma_compiles_for_sm90():
         if r["ws"]:
             assert ["dec", "24"] in r["regs"] and ["dec", str(wgmma.WS_MMA_REGS)] in r["regs"], r
             assert r["cta_bars"] == 0 and len(r["part_bars"]) == 2 and r["empty_init"] == 4, r  # STAGES
-
-
-def test_split_counters_are_one_buffer_per_device_and_stream(device):
-    """One zeroed counter buffer serves every launch of a (device, stream); a grid that needs more gets a larger
-    zeroed one, which then serves the smaller grids too."""
-    from radiance_kernels.ops.w4a8_gemm import triton as impl
-
-    small = impl.counters(device, 8)
-    assert impl.counters(device, 8) is small and small.dtype == torch.int32 and not small.any()
-    big = impl.counters(device, small.numel() + 1)
-    assert big.numel() > small.numel() and not big.any() and impl.counters(device, 8) is big
 
 
 def test_mma8_code_tables():

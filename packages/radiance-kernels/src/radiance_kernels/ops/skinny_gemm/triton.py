@@ -4,8 +4,9 @@
 ``(t, s)`` stages its x slice ``x[:, s·KSLICE : (s+1)·KSLICE]`` once, multiplies it by the matching
 ``[BN, KSLICE]`` weight tile (bf16 products, exact in fp32; fp32 accumulate) and writes an fp32
 partial ``P[s, :, tile]``. It then bumps the tile's arrival counter; the last program to arrive sums
-``P[0..S-1]`` in slice order and stores bf16. The sum order is fixed, so the result does not depend on
-arrival order (deterministic run to run).
+``P[0..S-1]`` in slice order, stores bf16 and zeroes the counter for the next launch
+(:func:`radiance_kernels.ops.arrivals.counters`: no memset per call). The sum order is fixed, so the result does
+not depend on arrival order (deterministic run to run).
 """
 
 import torch
@@ -13,10 +14,11 @@ import triton
 import triton.language as tl
 
 from radiance_kernels.backends import triton_interpreted
+from radiance_kernels.ops.arrivals import counters
 from radiance_kernels.tl.bf16 import to_bf16
 
-BN = 16
-KSLICE = 256
+#: Tile: ``BN`` output columns per program, ``KSLICE`` of K per split, ``num_warps``.
+BN, KSLICE, NUM_WARPS = 16, 256, 4
 
 
 @triton.jit
@@ -43,19 +45,20 @@ def _skinny_kernel(x_ptr, w_ptr, part_ptr, count_ptr, y_ptr, M, N, K, S,
         for i in range(S):
             total += tl.load(part_ptr + i * M * N + rm[:, None] * N + rn[None, :], mask=omask, other=0.0)
         tl.store(y_ptr + rm[:, None] * N + rn[None, :], to_bf16(total, INTERP), mask=omask)
+        tl.store(count_ptr + tile, 0)  # every arrival is in: the counter is free for the next launch
 
 
-def skinny_gemm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bn: int = BN, kslice: int = KSLICE,
+                num_warps: int = NUM_WARPS) -> torch.Tensor:
     M, K = x.shape
     N = w.shape[0]
     x = x.contiguous()
     w = w.contiguous()
-    S = triton.cdiv(K, KSLICE)
-    tiles = triton.cdiv(N, BN)
+    S = triton.cdiv(K, kslice)
+    tiles = triton.cdiv(N, bn)
     part = torch.empty((S, M, N), dtype=torch.float32, device=x.device)
-    count = torch.zeros((tiles,), dtype=torch.int32, device=x.device)
     y = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
     bm = max(16, triton.next_power_of_2(M))
-    _skinny_kernel[(tiles, S)](x, w, part, count, y, M, N, K, S,
-                               BM=bm, BN=BN, KSLICE=KSLICE, INTERP=triton_interpreted())
+    _skinny_kernel[(tiles, S)](x, w, part, counters(x.device, tiles, "skinny_gemm"), y, M, N, K, S,
+                               BM=bm, BN=bn, KSLICE=kslice, INTERP=triton_interpreted(), num_warps=num_warps)
     return y

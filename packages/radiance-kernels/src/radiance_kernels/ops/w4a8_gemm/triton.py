@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 from radiance_kernels.backends import programmatic_launch_on, triton_interpreted
+from radiance_kernels.ops.arrivals import counters
 from radiance_kernels.ops.w4a8_gemm import blockwise, tuned
 from radiance_kernels.ops.w4a8_gemm.reference import DECODE_MAX_M, GROUP, W4Prepared, check_inputs, check_out
 from radiance_kernels.tl.bf16 import to_bf16
@@ -276,8 +277,9 @@ def store_tile(acc, ws_ptr, out_ptr, cnt_ptr, offs_m, offs_n, mask_m, mask_n, M,
     """Epilogue. SPLIT 0: ``out`` (bf16, or fp32: :func:`out_value`). 1: fp32 partial ``ws[s]`` (summed by the host
     or the consumer). 2: partial, then the tile's arrival counter ``cnt[pid]``; the last program of the tile sums
     ``ws[0..S-1]`` in split order (deterministic), stores it as ``out``'s element and resets the counter to 0
-    (:func:`counters`), loading RW partials per step: its sum is a chain of L2 round trips, one per step (4 is what the
-    compiler's unroll of a plain loop gave; the "r" gemv configs of :data:`DECODE` take more)."""
+    (:func:`radiance_kernels.ops.arrivals.counters`), loading RW partials per step: its sum is a chain of L2 round
+    trips, one per step (4 is what the compiler's unroll of a plain loop gave; the "r" gemv configs of
+    :data:`DECODE` take more)."""
     mask = mask_m[:, None] & mask_n[None, :]
     out = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     if SPLIT == 0:
@@ -774,22 +776,6 @@ def resolve_band(band: str, M: int, op: str) -> str:
     return band
 
 
-_COUNTERS: dict[tuple, torch.Tensor] = {}
-
-
-def counters(device, tiles: int) -> torch.Tensor:
-    """Split-K arrival counters for ``tiles`` tiles: zero between launches (each tile's last program resets its
-    own), so one buffer per (device, stream) serves every launch with no memset node per GEMM in a CUDA graph;
-    replaced by a larger zeroed one when a grid needs more. Per stream: launches on one stream never overlap, those
-    of two streams may."""
-    device = torch.device(device)
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    buf = _COUNTERS.get((device, stream))
-    if buf is None or buf.numel() < tiles:
-        buf = _COUNTERS[device, stream] = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
-    return buf
-
-
 def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: torch.Tensor | None, device, op: str,
            tensors: tuple, cfg: dict | None = None, decode: str = DECODE_DEFAULT, prefill: str = PREFILL_DEFAULT,
            gemv=None, mma2=None, unpacked=None, blockwise=None, hopper=None, defer: bool = False,
@@ -878,7 +864,7 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         ws = torch.empty(tiles * cfg["splits"] * cfg["BM"] * bn, dtype=torch.float32, device=device)
     else:
         ws = torch.empty(cfg["splits"], M, N, dtype=torch.float32, device=device) if split else out
-    cnt = counters(device, tiles) if split == 2 else out
+    cnt = counters(device, tiles, "w4a8_gemm") if split == 2 else out
     if cfg["maxnreg"]:  # ptxas register cap (more resident programs per SM)
         constexprs.update(maxnreg=cfg["maxnreg"])
     if has_dot16:
