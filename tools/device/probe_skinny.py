@@ -22,7 +22,7 @@ from radiance_kernels.backends import programmatic_launch
 from radiance_kernels.ops.skinny_gemm import triton as sk
 
 K = 5120
-CONFIGS = [(16, 256, 4), (16, 512, 4), (32, 512, 4), (16, 1024, 4), (32, 1024, 4), (16, 1024, 8), (48, 512, 4),
+CONFIGS = [(16, 256, 4), (16, 512, 4), (32, 512, 4), (16, 1024, 4), (32, 1024, 4), (16, 1024, 8), (64, 256, 4),
            (16, 128, 4)]
 
 
