@@ -1,11 +1,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import FULL_SHAPES, GPU, compiled_for_sm90
+from conftest import FULL_SHAPES
 from test_rotate_quant import VARIANTS, activations, assert_same, poisoned
 
 from radiance_kernels.formats.rotation import random_rotations
-from radiance_kernels.ops.arrivals import counters
 from radiance_kernels.ops.stream import reference
 from radiance_kernels.ops.stream import triton as st
 
@@ -133,73 +132,11 @@ def test_add_rms_split_choice(device, monkeypatch):
     outs = []
     for programs in (1, 2):  # the row-wide grid here is one program (8 rows, BM 16)
         monkeypatch.setattr(st, "SPLIT_PROGRAMS", programs)
-        outs.append(launch("add_rms", a, b, w, store_hs=True, cfg=st.DEFAULT, sync=False))
+        outs.append(launch("add_rms", a, b, w, store_hs=True, cfg=st.DEFAULT))
     assert grids == [(1, 2)]
     assert all(torch.equal(outs[0][k], outs[1][k]) for k in ("hs", "residual"))
     with pytest.raises(ValueError, match="split=True applies to add_rms"):
         launch("silu_mul", a, b, None, store_hs=True, split=True)
-
-
-def test_add_rms_fold_in_launch_refused(device):
-    """``sync=True`` where a launch cannot wait for its own programs raises, naming why: under the interpreter (one
-    program at a time), past what the GPU's SMs surely hold at once, or for a producer that does not fold."""
-    why = st.fold_in_launch(torch.device(device), 10**6, 1)
-    assert why and ("needs a GPU" if device == "cpu" else "exceed") in why
-    a, b, w = inputs("add_rms", 8, 256, torch.bfloat16, 3, device)
-    with pytest.raises(ValueError, match="only a split add"):
-        launch("silu_mul", a, b, None, store_hs=True, sync=True)
-    if device == "cpu":
-        with pytest.raises(ValueError, match="needs a GPU"):
-            launch("add_rms", a, b, w, store_hs=True, cfg="bm1w1", split=True, sync=True)
-
-
-@pytest.mark.skipif(not GPU, reason="an in-launch wait needs a GPU")
-@pytest.mark.parametrize("name, dtype, P, M, K, cfg", [("add_rms", torch.bfloat16, 3, 8, 640, "bm1w1"),
-                                                        ("add_rms_gemma", torch.float16, 2, 9, 256, "bm1w1"),
-                                                        ("add_rms", torch.bfloat16, 1, 16, 5120, "bm1w1"),
-                                                        ("add_rms", torch.bfloat16, 2, 37, 384, "bm4w4")])
-def test_add_rms_fold_in_launch_bytewise(name, dtype, P, M, K, cfg):
-    """The split add+RMSNorm folding partials its own programs wrote (one launch) equals the two-launch split, and
-    the reference chain, byte for byte, and leaves its arrival counters zero."""
-    one = check_family(name, M, K, P, dtype, "cuda", VARIANTS, cfg=cfg, split=True, sync=True)
-    two = check_family(name, M, K, P, dtype, "cuda", VARIANTS, cfg=cfg, split=True, sync=False)
-    for key, got in one.items():
-        for t in ("A", "AS", "RS", "hs", "residual"):
-            assert torch.equal(got[t].view(torch.uint8), two[key][t].view(torch.uint8)), (key, t)
-    assert not counters("cuda", 1, "add_rms_fold").any()
-
-
-SYNC_SM90 = """
-import json, re
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from radiance_kernels.ops.stream.triton import _prologue_kernel as kernel
-out = []
-types = {"a_ptr": "*fp32", "b_ptr": "*i16", "w_ptr": "*i16", "hs_ptr": "*i16", "res_ptr": "*i16", "mate_ptr": "*i32",
-         "q_ptr": "*u8", "cnt_ptr": "*i32", "eps": "fp32", "inv_qmax": "fp32"}
-for sync in (False, True):
-    ce = dict(PRODUCER=1, GEMMA=False, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=True, NL=8, HW=True, BM=1,
-              SCRATCH=False, NW=1, FOLD=40, TSPLIT=0, WAIT=True, XA=2, XB=0, SYNC=sync)
-    sig = {n: "constexpr" if n in ce else types.get(n, "*fp32" if n.endswith("_ptr") else "i32")
-           for n in kernel.arg_names}
-    c = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 1})
-    ptx = c.asm["ptx"]
-    out.append(dict(sync=sync, ops=sorted(set(re.findall(r"(atom[.][\\w.]+|ld[.]global[.]gpu[.]acquire)", ptx))),
-                    cg=ptx.count("ld.global.cg")))
-print(json.dumps(out))
-"""
-
-
-def test_fold_in_launch_compiles_for_sm90():
-    """The in-launch fold compiles for sm_90 with this environment's Triton (the H200 runs 3.6): one release add
-    (the arrival), an acquire load polled (the wait), one acq_rel add (the departure); the partials read from L2.
-    Without ``SYNC`` no atomic at all."""
-    plain, sync = compiled_for_sm90(SYNC_SM90)
-    assert plain["ops"] == [] and plain["cg"] == sync["cg"] == 40, plain
-    assert sync["ops"] == ["atom.global.gpu.acq_rel.add.u32", "atom.global.gpu.release.add.u32",
-                           "ld.global.gpu.acquire"], sync
 
 
 @pytest.mark.parametrize("name, S, M, split", [("add_rms_gemma", 3, 5, True), ("add_rms_gemma", 1, 9, False),

@@ -13,13 +13,11 @@ producer and the rotation (no scratch memory, twice the arithmetic).
 Split (small M, :data:`SPLIT_PROGRAMS`): add+RMSNorm (``FOLD``) takes the sum of squares off the walk: a
 first launch writes each (row, group)'s ``tree(s*s)`` to an fp32 [M, G] buffer in parallel, the main launch
 folds a row's G partials in group order (the reference's ``ss + tree`` order, so bit-identical) and,
-per-group or plain, owns one group per program. On a GPU whose SMs hold the whole grid at once (``SYNC``,
-:func:`fold_in_launch`) there is no first launch: the main launch's p = 0 programs write the partials, every program
-waits on the row block's arrival count for all G of them, and the last to leave zeroes the count. Per-token with
-a scratch (``TSPLIT``) runs its two passes as two launches of one group per program: pass 1 also parks each
-(row, group)'s amax in an fp32 [P, M, G] buffer, pass 2 folds them with the walk's maximum in group order.
-Producer outputs (hs, residual) are stored by the p = 0 programs only. The math follows
-:mod:`radiance_kernels.ops.stream.reference` operation for operation.
+per-group or plain, owns one group per program. Per-token with a scratch (``TSPLIT``) runs its two passes as
+two launches of one group per program: pass 1 also parks each (row, group)'s amax in an fp32 [P, M, G]
+buffer, pass 2 folds them with the walk's maximum in group order. Producer outputs (hs, residual) are
+stored by the p = 0 programs only. The math follows :mod:`radiance_kernels.ops.stream.reference` operation
+for operation.
 
 Where :func:`radiance_kernels.backends.programmatic_launch_on` holds, every launch here is a programmatic
 dependent (``WAIT``): scheduled as soon as the launch before it lets it (the decode GEMM does after its group loop,
@@ -38,9 +36,8 @@ import triton.language as tl
 from torch.utils.weak import WeakIdKeyDictionary
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from radiance_kernels.backends import programmatic_launch_on, triton_interpreted
+from radiance_kernels.backends import programmatic_launch_on
 from radiance_kernels.formats.rotation import GROUP, givens_tables
-from radiance_kernels.ops.arrivals import counters
 from radiance_kernels.ops.rotate_quant import reference as rq_ref
 from radiance_kernels.ops.rotate_quant.triton import (
     load_f32,
@@ -213,31 +210,6 @@ def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, sxa, sxb, part_ptr, M,
 
 
 @triton.jit
-def _publish_ss(a_ptr, b_ptr, stride_a, stride_b, sxa, sxb, part_ptr, cnt_ptr, rows, rmask, cols, g, p, rb, G,
-                DT: tl.constexpr, BM: tl.constexpr, XA: tl.constexpr, XB: tl.constexpr):
-    """In-launch fold (``SYNC``), first half: the p = 0 program of (row block ``rb``, group ``g``) writes the group's
-    term of its rows to ``part [M, G]`` (as :func:`_ss_partials_kernel`) and counts it in ``cnt[rb]``; every program
-    then waits until the row block's G terms are in (acquire: their writes visible)."""
-    if p == 0:
-        t = _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT, BM, XA, XB, sxa, sxb)
-        tl.store(part_ptr + rows.to(tl.int64) * G + g, t, mask=rmask)
-        tl.debug_barrier()  # every thread's term is written before the release below
-        tl.atomic_add(cnt_ptr + rb, 1, sem="release", scope="gpu")
-    while tl.atomic_add(cnt_ptr + rb, 0, sem="acquire", scope="gpu") < G:
-        pass
-    tl.debug_barrier()
-
-
-@triton.jit
-def _leave_fold(cnt_ptr, rb, nrb, programs):
-    """In-launch fold, second half: count the program out of row block ``rb``; the last of its ``programs`` zeroes
-    both of the block's counters (no program reads them again in this launch; :mod:`radiance_kernels.ops.arrivals`)."""
-    if tl.atomic_add(cnt_ptr + nrb + rb, 1, sem="acq_rel", scope="gpu") == programs - 1:
-        tl.store(cnt_ptr + rb, 0)
-        tl.store(cnt_ptr + nrb + rb, 0)
-
-
-@triton.jit
 def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr, store_mask,
              rows, rmask, cols, g, K, inv,
              PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, STORE: tl.constexpr,
@@ -276,12 +248,12 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, 
 @triton.jit
 def _prologue_kernel(
     a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
-    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, part_ptr, amax_ptr, cnt_ptr, inv_qmax,
+    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, part_ptr, amax_ptr, inv_qmax,
     M, K, G, GPP, row0, scr_rows,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
     SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, WAIT: tl.constexpr,
-    XA: tl.constexpr = 0, XB: tl.constexpr = 0, SYNC: tl.constexpr = False,
+    XA: tl.constexpr = 0, XB: tl.constexpr = 0,
 ):
     _programmatic_start(WAIT)
     p = tl.program_id(0)
@@ -295,20 +267,13 @@ def _prologue_kernel(
     if PRODUCER == 1 and TSPLIT != 2:
         ss = tl.zeros((BM,), tl.float32)
         if FOLD:
-            # the [M, G] partials of _ss_partials_kernel (SYNC: of this launch's programs), folded in group order
-            # as the walk below adds them (unrolled: the FOLD loads issue back to back, only the adds are serial)
-            # (8 loads in flight at a time: every thread holds the BM rows, all FOLD at once would spill); read
-            # from L2 (".cg"): another SM wrote them
-            rb = tl.program_id(1)
-            if SYNC:
-                _publish_ss(a_ptr, b_ptr, stride_a, stride_b, sxa, sxb, part_ptr, cnt_ptr, rows, rmask, cols, g0, p,
-                            rb, G, DT, BM, XA, XB)
+            # the [M, G] partials of _ss_partials_kernel, folded in group order as the walk below adds
+            # them (unrolled: the FOLD loads issue back to back, only the adds are serial)
+            # (8 loads in flight at a time: every thread holds the BM rows, all FOLD at once would spill)
             for c in range(0, FOLD, 8):
                 for j in tl.static_range(8):
                     ss = ss + tl.load(part_ptr + rows.to(tl.int64) * G + c + j, mask=rmask & (c + j < FOLD),
-                                      other=0.0, cache_modifier=".cg")
-            if SYNC:
-                _leave_fold(cnt_ptr, rb, tl.num_programs(1), tl.num_programs(0) * tl.num_programs(2))
+                                      other=0.0)
         else:
             for g in range(0, G):
                 ss = ss + _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT, BM, XA, XB, sxa,
@@ -369,18 +334,6 @@ def _prologue_kernel(
                 quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
 
 
-def fold_in_launch(device: torch.device, programs: int, num_warps: int) -> str | None:
-    """Why a launch of ``programs`` programs of ``num_warps`` warps cannot wait for its own programs (None: it can).
-    Each waits until others have run, so all must be resident at once: on a GPU (the interpreter runs programs one
-    at a time), at most 8 / ``num_warps`` per SM — what the register file holds at ptxas's 255 registers a thread."""
-    if device.type != "cuda" or triton_interpreted():
-        return "an in-launch wait needs a GPU (the interpreter runs one program at a time)"
-    limit = torch.cuda.get_device_properties(device).multi_processor_count * max(1, 8 // num_warps)
-    if programs > limit:
-        return f"{programs} programs exceed the {limit} this GPU is sure to hold at once"
-    return None
-
-
 _TABLES: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
@@ -405,18 +358,15 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight: torch.Tensor | None = None,
            eps: float = 0.0, rotation=None, elem: str | None = None, granularity: str | None = None,
            store_hs: bool = False, hw: bool = False, out: dict[str, torch.Tensor] | None = None,
-           cfg: str | None = None, split: bool | None = None, sync: bool | None = None) -> dict[str, torch.Tensor]:
+           cfg: str | None = None, split: bool | None = None) -> dict[str, torch.Tensor]:
     """Run the prologue kernel; returns the outputs by name: ``hs`` (and ``residual`` for the norms) when ``store_hs``,
     ``A``/``AS``/``RS`` when ``rotation`` = (pairs [P,krot,K], theta, channel_scales) is given. ``out`` may hold
     preallocated buffers by the same names (tests poison them). Argument checks are the callers' (the op wrappers);
     ``cfg`` names an entry of :data:`CONFIGS` (None: :func:`default_config`). ``split`` (add+RMSNorm, or per-token with
     a scratch config): fold the sum of squares / the row amax from per-group partials written in parallel instead of
     walking the row (None: split while the row-wide grid has fewer than :data:`SPLIT_PROGRAMS` programs); asked of any
-    other launch it raises. ``sync`` (a split add+RMSNorm): the main launch writes the sum-of-squares partials itself
-    and its programs wait for each other's (:func:`_publish_ss`) instead of a first launch writing them — one launch
-    fewer; None: where :func:`fold_in_launch` allows, True where it does not raises. ``a`` / ``b`` may each be fp32
-    split partials ``[S, M, K]`` (:func:`ref.activation`): the kernel sums them as it loads them, and the activation
-    dtype is bf16."""
+    other launch it raises. ``a`` / ``b`` may each be fp32 split partials ``[S, M, K]`` (:func:`ref.activation`): the
+    kernel sums them as it loads them, and the activation dtype is bf16."""
     cfg = default_config(a.shape[-2]) if cfg is None else cfg
     if cfg not in CONFIGS:
         raise ValueError(f"prologue cfg {cfg!r} is not one of {sorted(CONFIGS)}")
@@ -463,25 +413,16 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     fold = split and kind == 1
     tsplit = split and scratch
     GPP = G if (token and not tsplit) or (kind == 1 and not split) else 1
+    part = cos  # never read
+    if fold:
+        part = torch.empty((M, G), dtype=torch.float32, device=dev)
+        _ss_partials_kernel[(triton.cdiv(M, bm), G)](
+            _bits(a), _bits(b), a.stride(-2), b.stride(-2), sxa, sxb, part, M, G, DT=_DT[dt], BM=bm, XA=xa, XB=xb,
+            WAIT=pdl, TRIGGER=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
     chunk = M
     if scratch:  # equal chunks of whole row blocks, each within the cap
         cap = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm)
         chunk = triton.cdiv(triton.cdiv(M, triton.cdiv(M, cap)), bm) * bm
-    nrb = triton.cdiv(min(chunk, M), bm)
-    why = fold_in_launch(dev, P * nrb * G, num_warps) if fold and GPP == 1 else \
-        "only a split add+RMSNorm of one group per program folds in its launch"
-    if sync and why:
-        raise ValueError(f"prologue sync=True ({producer!r}, cfg {cfg!r}, split={split}): {why}")
-    sync = why is None and sync is not False
-    part = cnt = cos  # never read
-    if fold:
-        part = torch.empty((M, G), dtype=torch.float32, device=dev)
-    if sync:
-        cnt = counters(dev, 2 * nrb, "add_rms_fold")
-    elif fold:
-        _ss_partials_kernel[(triton.cdiv(M, bm), G)](
-            _bits(a), _bits(b), a.stride(-2), b.stride(-2), sxa, sxb, part, M, G, DT=_DT[dt], BM=bm, XA=xa, XB=xb,
-            WAIT=pdl, TRIGGER=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
     scr = torch.empty((P, min(chunk, M), K), dtype=torch.float32, device=dev) if scratch else cos  # cos: never read
     amax = torch.empty((P, M, G), dtype=torch.float32, device=dev) if tsplit else cos  # cos: never read
     for row0, phase in ((r, t) for r in range(0, M, chunk) for t in ((1, 2) if tsplit else (0,))):
@@ -493,11 +434,11 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             _bits(out["hs"]) if store_hs else dummy, _bits(out["residual"]) if "residual" in out else dummy,
             mate, cos, sin, cs,
             out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, part, amax,
-            cnt, inv_qmax,
+            inv_qmax,
             M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[dt], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, XA=xa, XB=xb, SYNC=sync, num_warps=num_warps,
+            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, XA=xa, XB=xb, num_warps=num_warps,
             enable_fp_fusion=False, launch_pdl=pdl,
         )
     return out
