@@ -71,3 +71,41 @@ def test_programmatic_launch_waits_for_its_producer(cfg, elem):
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(out, w)
+
+
+@pytest.mark.skipif(not SM90, reason="programmatic dependent launch: NVIDIA sm_90+")
+def test_skinny_gemm_waits_for_the_gemm_before_it():
+    """The skinny GEMM, a programmatic dependent, reading each decode GEMM's output as it lands (and the next
+    producer launched behind it): its outputs are the plain launches' bits, eager and replayed in a CUDA graph."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    M, K, layers = 8, 640, 4
+    ops = torch.ops.radiance
+    rots = [random_rotations(1, K, seed=i, device="cuda") for i in range(layers)]
+    ws = [prepare_codes(*weights(K, K, 4, seed=i, device="cuda"), 4) for i in range(layers)]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    ba = [(torch.randn(48, K, generator=g, device="cuda") * K**-0.5).to(torch.bfloat16) for _ in range(layers)]
+
+    def chain(x):
+        h, ys = x, []
+        for rot, w, b in zip(rots, ws, ba, strict=True):
+            h = impl.gemm(*ops.rotate_quant(h, *rot, "e4m3", "group", "triton"), w, [0, K], False, "decode")
+            ys.append(ops.skinny_gemm(h, b, "triton"))
+        return torch.cat(ys, 1)
+
+    xs = [torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)]
+    with backends.programmatic_launch(False):
+        want = [chain(x) for x in xs]
+    assert all(w.isfinite().all() and w.abs().max() > 0 for w in want) and not torch.equal(*want)
+    for x, w in zip(xs, want, strict=True):
+        assert torch.equal(chain(x), w)
+    static = xs[0].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain(static)
+    for _ in range(2):  # alternating inputs: a read before its GEMM finished would see the other input's values
+        for x, w in zip(xs, want, strict=True):
+            static.copy_(x)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, w)

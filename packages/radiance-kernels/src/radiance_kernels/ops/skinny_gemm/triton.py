@@ -6,16 +6,19 @@
 partial ``P[s, :, tile]``. It then bumps the tile's arrival counter; the last program to arrive sums
 ``P[0..S-1]`` in slice order, stores bf16 and zeroes the counter for the next launch
 (:func:`radiance_kernels.ops.arrivals.counters`: no memset per call). The sum order is fixed, so the result does
-not depend on arrival order (deterministic run to run).
+not depend on arrival order (deterministic run to run). Where
+:func:`radiance_kernels.backends.programmatic_launch_on` holds it is a programmatic dependent (``WAIT``) that lets the
+next launch start as it starts: its launch latency hides behind the launch before it.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from radiance_kernels.backends import triton_interpreted
+from radiance_kernels.backends import programmatic_launch_on, triton_interpreted
 from radiance_kernels.ops.arrivals import counters
 from radiance_kernels.tl.bf16 import to_bf16
+from radiance_kernels.tl.pdl import programmatic_start
 
 #: Tile: ``BN`` output columns per program, ``KSLICE`` of K per split, ``num_warps``.
 BN, KSLICE, NUM_WARPS = 16, 256, 4
@@ -23,7 +26,9 @@ BN, KSLICE, NUM_WARPS = 16, 256, 4
 
 @triton.jit
 def _skinny_kernel(x_ptr, w_ptr, part_ptr, count_ptr, y_ptr, M, N, K, S,
-                   BM: tl.constexpr, BN: tl.constexpr, KSLICE: tl.constexpr, INTERP: tl.constexpr):
+                   BM: tl.constexpr, BN: tl.constexpr, KSLICE: tl.constexpr, INTERP: tl.constexpr,
+                   WAIT: tl.constexpr):
+    programmatic_start(WAIT, WAIT)
     tile = tl.program_id(0)
     s = tl.program_id(1)
     rm = tl.arange(0, BM)
@@ -59,6 +64,8 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bn: int = BN, kslice: int = KS
     part = torch.empty((S, M, N), dtype=torch.float32, device=x.device)
     y = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
     bm = max(16, triton.next_power_of_2(M))
+    pdl = programmatic_launch_on(x.device)
     _skinny_kernel[(tiles, S)](x, w, part, counters(x.device, tiles, "skinny_gemm"), y, M, N, K, S,
-                               BM=bm, BN=bn, KSLICE=kslice, INTERP=triton_interpreted(), num_warps=num_warps)
+                               BM=bm, BN=bn, KSLICE=kslice, INTERP=triton_interpreted(), WAIT=pdl,
+                               num_warps=num_warps, launch_pdl=pdl)
     return y

@@ -34,7 +34,6 @@ import torch
 import triton
 import triton.language as tl
 from torch.utils.weak import WeakIdKeyDictionary
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from radiance_kernels.backends import programmatic_launch_on
 from radiance_kernels.formats.rotation import GROUP, givens_tables
@@ -48,6 +47,7 @@ from radiance_kernels.ops.rotate_quant.triton import (
     store_dt,
 )
 from radiance_kernels.ops.stream import reference as ref
+from radiance_kernels.tl.pdl import programmatic_start
 
 PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 1, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
 _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -186,22 +186,12 @@ def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.con
 
 
 @triton.jit
-def _programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False):
-    """TRIGGER: let the next launch (a programmatic dependent) start now; WAIT (launched as one): wait for the
-    previous launch's grid, complete and its writes visible, before reading or writing anything."""
-    if TRIGGER:
-        gdc_launch_dependents()
-    if WAIT:
-        gdc_wait()
-
-
-@triton.jit
 def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, sxa, sxb, part_ptr, M, G, DT: tl.constexpr,
                         BM: tl.constexpr, XA: tl.constexpr, XB: tl.constexpr, WAIT: tl.constexpr,
                         TRIGGER: tl.constexpr):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
     per (BM-row block, group). TRIGGER: the main launch may start at once (it waits for this grid)."""
-    _programmatic_start(WAIT, TRIGGER)
+    programmatic_start(WAIT, TRIGGER)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
     g = tl.program_id(1)
@@ -255,7 +245,7 @@ def _prologue_kernel(
     SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, WAIT: tl.constexpr,
     XA: tl.constexpr = 0, XB: tl.constexpr = 0,
 ):
-    _programmatic_start(WAIT)
+    programmatic_start(WAIT)
     p = tl.program_id(0)
     rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
