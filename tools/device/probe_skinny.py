@@ -4,8 +4,9 @@
 (1, 8, 16), over DRAM-fed weight copies in one CUDA graph each: cuBLAS ``x @ W.T``; our kernel on each
 ``(BN, KSLICE, num_warps)`` config; and the default config with a ``torch.zeros`` of its counters before each call —
 the memset node every call had before the counters reset themselves (the ablation that times what it cost). Then
-the 64-layer chained stack at M = 8 (int4, e4m3 and int8 per-group, deferred: ``chain``), its skinny GEMMs with and
-without that memset, A/B interleaved twice in one process.
+the 64-layer chained stack at M = 8 (int4, e4m3 and int8 per-group, deferred: ``chain``), its skinny GEMMs with that
+memset and no programmatic launch ("memset": before session 28), without either ("none"), and as programmatic
+dependents ("pdl"), A/B interleaved twice in one process.
 """
 
 import sys
@@ -45,16 +46,18 @@ def rows():
 
 def stack_rows(M: int = 8, bits: int = 4):
     layers, nbytes = chain.build(M, bits)
-    plain = sk.skinny_gemm
+    plain, pdl_on = sk.skinny_gemm, sk.programmatic_launch_on
+    modes = {"memset": (partial(_with_memset, gemm=plain), False), "none": (plain, False), "pdl": (plain, True)}
     for ab in range(2):
         for elem in ("e4m3", "int8"):
             r = {"stack": f"chained int{bits} {elem} deferred", "M": M, "weight_bytes": nbytes, "ab": ab}
-            for name, gemm in (("memset", partial(_with_memset, gemm=plain)), ("none", plain)):
-                sk.skinny_gemm = gemm  # the op's triton entry looks it up per call
+            for name, (gemm, pdl) in modes.items():
+                sk.skinny_gemm = gemm  # the op's triton entry looks both up per call
+                sk.programmatic_launch_on = pdl_on if pdl else (lambda device: False)
                 with programmatic_launch(True):
                     t = graph_time([chain.step(layers, M, elem, True)], reps=5, min_calls=1)
                 r[name + "_us"], r[name + "_median_us"] = t.best_us, t.median_us
-            sk.skinny_gemm = plain
+            sk.skinny_gemm, sk.programmatic_launch_on = plain, pdl_on
             yield r
 
 
