@@ -29,6 +29,27 @@ def test_switch_is_scoped(device):
     assert backends.programmatic_launch_on(device) == SM90
 
 
+def assert_same_as_plain(chain, xs):
+    """``chain`` on each input gives the plain launches' bits with programmatic launch on, eager and replayed from a
+    CUDA graph with the inputs alternating (a launch reading before its predecessor finished would see the other
+    input's values)."""
+    with backends.programmatic_launch(False):
+        want = [chain(x) for x in xs]
+    assert all(w.isfinite().all() and w.abs().max() > 0 for w in want) and not torch.equal(*want)
+    for x, w in zip(xs, want, strict=True):
+        assert torch.equal(chain(x), w)
+    static = xs[0].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain(static)
+    for _ in range(2):
+        for x, w in zip(xs, want, strict=True):
+            static.copy_(x)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, w)
+
+
 @pytest.mark.skipif(not SM90, reason="programmatic dependent launch: NVIDIA sm_90+")
 @pytest.mark.parametrize("cfg,elem", [("mma2n64t2s", "e4m3"), ("mma8n64t2s", "int8"), ("mma8n64t2o12", "int8"),
                                       ("gemv_o8", "int8"), ("gemv_o8", "e4m3")])
@@ -55,22 +76,7 @@ def test_programmatic_launch_waits_for_its_producer(cfg, elem):
         return h
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    xs = [torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)]
-    with backends.programmatic_launch(False):
-        want = [chain(x) for x in xs]
-    assert all(w.isfinite().all() and w.abs().max() > 0 for w in want)
-    for x, w in zip(xs, want, strict=True):
-        assert torch.equal(chain(x), w)
-    static = xs[0].clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = chain(static)
-    for _ in range(2):
-        for x, w in zip(xs, want, strict=True):
-            static.copy_(x)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(out, w)
+    assert_same_as_plain(chain, [torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)])
 
 
 @pytest.mark.skipif(not SM90, reason="programmatic dependent launch: NVIDIA sm_90+")
@@ -93,19 +99,4 @@ def test_skinny_gemm_waits_for_the_gemm_before_it():
             ys.append(ops.skinny_gemm(h, b, "triton"))
         return torch.cat(ys, 1)
 
-    xs = [torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)]
-    with backends.programmatic_launch(False):
-        want = [chain(x) for x in xs]
-    assert all(w.isfinite().all() and w.abs().max() > 0 for w in want) and not torch.equal(*want)
-    for x, w in zip(xs, want, strict=True):
-        assert torch.equal(chain(x), w)
-    static = xs[0].clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = chain(static)
-    for _ in range(2):  # alternating inputs: a read before its GEMM finished would see the other input's values
-        for x, w in zip(xs, want, strict=True):
-            static.copy_(x)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(out, w)
+    assert_same_as_plain(chain, [torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)])
