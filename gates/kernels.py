@@ -38,6 +38,7 @@ FAMILIES = {
     "test_manifest.py": "manifest and backends: missing op / backend raise",
     "test_tuned.py": "per-GPU tuned tile tables: lookup, stale names fail",
     "test_programmatic_launch.py": "programmatic launch: switch scoped; PDL chain == plain launches (GPU)",
+    "test_arrivals.py": "split-K arrival counters: one zeroed buffer per op, device, stream",
 }
 
 
