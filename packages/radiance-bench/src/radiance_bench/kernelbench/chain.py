@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from radiance_bench.kernelbench.cases import activations, w4_weight, w4a8_gemm
+from radiance_bench.kernelbench.timeline import Role
 from radiance_kernels.formats.rotation import GROUP
 from radiance_kernels.ops.w4a8_gemm import triton as w4
 from radiance_kernels.ops.w4a8_gemm import tuned
@@ -110,6 +111,24 @@ def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False, d
         return x, res
 
     return run
+
+
+def roles(layers: list[Layer]) -> list[Role]:
+    """:func:`step`'s launches in order, by role (:mod:`.timeline`): per layer the add+RMSNorm producers (their
+    sum-of-squares partials launch first where they split), each W4A8 GEMM, in_proj_ba's skinny GEMM, the gate
+    producers, each with the weight bytes it streams."""
+    gemm, producer, norm = ("_w4a8_",), ("_prologue",), ("_ss_partials", "_prologue")
+    out = []
+    for L in layers:
+        first, gate, wo = ("qkv", "sigmoid_gate", "o_proj") if L.attn else ("in_proj_qkvz", "gated_rms_norm",
+                                                                           "out_proj")
+        out += [Role("add_rms_norm+rq", norm), Role(first, gemm, L.w[first].nbytes)]
+        if L.ba is not None:
+            out.append(Role("in_proj_ba", ("_skinny",), L.ba.numel() * L.ba.element_size()))
+        out += [Role(f"{gate}+rq", producer), Role(wo, gemm, L.w[wo].nbytes), Role("add_rms_norm+rq", norm),
+                Role("gate_up", gemm, L.w["gate_up"].nbytes), Role("silu_mul+rq", producer),
+                Role("down", gemm, L.w["down"].nbytes)]
+    return out
 
 
 def same_outputs(served, deferred) -> bool:

@@ -1,8 +1,9 @@
 """``python -m radiance_bench.kernelbench.run --out DIR``: every kernel bench of issue 6 in one run.
 
-Sections (``--sections``): ceilings, decode, producer_decode, skinny, prefill, producer, stack, and the A/B
-sections decode_variants, decode_pairs, prefill_variants, producer_variants (``--configs`` picks named configs,
-``--decode-m``, ``--prefill-m`` and ``--producer-m`` their M). Each figure is recorded with the ceiling and peers
+Sections (``--sections``): ceilings, decode, producer_decode, skinny, prefill, producer, stack, stack_profile
+(where the chained step's time goes, launch by launch), and the A/B sections decode_variants, decode_pairs,
+prefill_variants, producer_variants (``--configs`` picks named configs, ``--decode-m``, ``--prefill-m`` and
+``--producer-m`` their M). Each figure is recorded with the ceiling and peers
 measured in the same process; the JSON holds everything, the printed table the ratios the bars are stated in.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from radiance_bench.kernelbench import ceilings, chain, pairs, peers, variants
+from radiance_bench.kernelbench import ceilings, chain, pairs, peers, timeline, variants
 from radiance_bench.kernelbench import producer_variants as pv
 from radiance_bench.kernelbench.cases import (
     PRODUCER_OF,
@@ -36,8 +37,8 @@ from radiance_kernels.shapes import projections
 DECODE_M = (1, 8, 16)
 NO_PDL_M = (1, 8)  # decode rows also timed without programmatic dependent launch (the ablation)
 PREFILL_M = (2048, 8192)
-SECTIONS = ("ceilings", "decode", "producer_decode", "skinny", "prefill", "producer", "stack", "decode_variants",
-            "decode_pairs", "prefill_variants", "producer_variants")
+SECTIONS = ("ceilings", "decode", "producer_decode", "skinny", "prefill", "producer", "stack", "stack_profile",
+            "decode_variants", "decode_pairs", "prefill_variants", "producer_variants")
 
 
 def _record(results: list, section: str, kernel: str, t, **fields) -> dict:
@@ -248,6 +249,27 @@ def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
                            nbytes, bw, same_as_reduced=same)
 
 
+def stack_profile(results: list, ceil: dict, M: int = 8, bits: tuple[int, ...] = (4,)) -> None:
+    """The chained deferred stack at decode M (:mod:`.chain`), e4m3 and int8 per-group, traced launch by launch
+    (:mod:`.timeline`): per role the exposed time against the weight-stream limit of what it streams, every launch's
+    start and end, and the step untraced (best of 5 graph replays) beside the traced one."""
+    bw = max(ceil["copy_TBps"], ceil["read_TBps"])  # weights are only read
+    for b in bits:
+        layers, nbytes = chain.build(M, b)
+        for elem, suffix in (("e4m3", ""), ("int8", " int8-group")):
+            run = chain.step(layers, M, elem, defer=True)
+            with programmatic_launch(True):
+                ks = timeline.traced_kernels(run)
+                t = graph_time([run], reps=5, min_calls=1)
+            rows = timeline.attribute(ks, chain.roles(layers), bw)
+            limit_us = nbytes / (bw * 1e12) * 1e6
+            _record(results, "stack_profile", f"64-layer chained int{b}{suffix} deferred", t, M=M,
+                    label=f"int{b}{suffix}", step_us=ks[-1]["end"], untraced_us=t.best_us, limit_us=limit_us,
+                    vs_limit=t.best_us / limit_us, roles=rows, launches=ks)
+            print(timeline.table(rows), flush=True)
+        del layers
+
+
 def _stack_row(results: list, name: str, t, M: int, nbytes: int, bw: float, **fields) -> None:
     limit_us = nbytes / bw * 1e6  # this row's own weight-stream limit
     _record(results, "stack", name, t, M=M, weight_bytes=nbytes, limit_us=limit_us, vs_limit=t.best_us / limit_us,
@@ -283,12 +305,13 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-m", nargs="*", type=int, default=list(DECODE_M), help="M of decode_variants / _pairs")
     ap.add_argument("--prefill-m", nargs="*", type=int, default=[2048], help="M of prefill_variants")
     ap.add_argument("--producer-m", nargs="*", type=int, default=[8192], help="M of producer_variants")
-    ap.add_argument("--bits", nargs="*", type=int, default=[4], help="weight widths of decode_variants / _pairs, stack")
+    ap.add_argument("--bits", nargs="*", type=int, default=[4],
+                    help="weight widths of decode_variants / _pairs, stack, stack_profile")
     ap.add_argument("--configs", nargs="*", default=None, help="named configs of the A/B sections")
     args = ap.parse_args(argv)
     decode = dict(ms=tuple(args.decode_m), names=args.configs, bits=tuple(args.bits))
     options = {"decode_variants": decode, "decode_pairs": decode,
-               "stack": dict(bits=tuple(args.bits)),
+               "stack": dict(bits=tuple(args.bits)), "stack_profile": dict(bits=tuple(args.bits)),
                "prefill_variants": dict(ms=tuple(args.prefill_m), names=args.configs),
                "producer_variants": dict(ms=tuple(args.producer_m), names=args.configs)}
     args.out.mkdir(parents=True, exist_ok=True)
