@@ -1,12 +1,15 @@
-"""Decode producers with several rows per one-warp program (session 28).
+"""Decode producer launch configs side by side: standalone and as the 64-layer stack's default (sessions 28, 29).
 
-``python probe_producer_rows.py OUT.json`` (PYTHONPATH: the kernels' and bench's src). The decode default ``bm1w1``
-runs one row per one-warp program, each loading its partition's Givens tables (8 layers x 128 x (partner, cos,
-sin)) for one row of 128 channels; ``bm{2,4,8}w1`` (added here, not in the library) share each load over 2-8 rows in
-the same warp. Per producer (rotate_quant, the fused add+RMSNorm, silu-mul; e4m3 per-group), P = 1, 3 and M = 1, 8,
-16 (K = 5120): each config's bytes against bm1w1's, and its time over 8 input copies in a CUDA graph (programmatic
-launch on). Then the 64-layer chained int4 stack at M = 8 (deferred, e4m3 and int8 per-group) with each config as the
-decode default, A/B twice in one process.
+``python probe_producer_rows.py OUT.json [CFG ...]`` (PYTHONPATH: the kernels' and bench's src). CFG names configs of
+``stream.triton.CONFIGS`` or the probe's own ``bm{2,4,8}w1``; the first is the baseline. Without CFG: session 28's
+rows — the decode default ``bm1w1`` runs one row per one-warp program, each loading its partition's Givens tables (8
+layers x 128 x (partner, cos, sin)) for one row of 128 channels; ``bm{2,4,8}w1`` (added here, not in the library)
+share each load over 2-8 rows in the same warp. Session 29: ``bm1w1 bm1w1e bm1w1p`` (the one-group programs' constants
+before their wait, in registers / prefetched to the L2). Per producer (rotate_quant, the fused add+RMSNorm, silu-mul;
+e4m3 per-group), P = 1, 3 and M = 1, 8, 16 (K = 5120): each config's bytes against the baseline's, and its time over
+8 input copies in a CUDA graph (programmatic launch on; one rotation record, so its tables sit in the L2 — the stack
+rows are where they come from DRAM). Then the 64-layer chained int4 stack at M = 8 (deferred, e4m3 and int8
+per-group) with each config as the decode default, A/B twice in one process.
 """
 
 import sys
@@ -25,7 +28,7 @@ from radiance_kernels.ops.stream import triton as st
 
 ROWS = {f"bm{b}w1": dict(BM=b, num_warps=1, scratch=True) for b in (2, 4, 8)}
 st.CONFIGS.update(ROWS)
-CFGS = ["bm1w1", *ROWS]
+CFGS = sys.argv[2:] or ["bm1w1", *ROWS]
 K = 5120
 
 
@@ -43,7 +46,7 @@ def rows():
             for M in (1, 8, 16):
                 xs = [activations(M, K, seed=10 * M + i) for i in range(8)]
                 ys = [activations(M, K, seed=10 * M + i + 100) for i in range(8)]
-                ref = _call(producer, xs, ys, w, recs, "bm1w1", 0)
+                ref = _call(producer, xs, ys, w, recs, CFGS[0], 0)
                 r = {"producer": producer, "P": P, "M": M, "K": K}
                 for cfg in CFGS:
                     got = _call(producer, xs, ys, w, recs, cfg, 0)

@@ -5,8 +5,9 @@
 ``(BN, KSLICE, num_warps)`` config; and the default config with a ``torch.zeros`` of its counters before each call —
 the memset node every call had before the counters reset themselves (the ablation that times what it cost). Then
 the 64-layer chained stack at M = 8 (int4, e4m3 and int8 per-group, deferred: ``chain``), its skinny GEMMs with that
-memset and no programmatic launch ("memset": before session 28), without either ("none"), and as programmatic
-dependents ("pdl"), A/B interleaved twice in one process.
+memset and no programmatic launch ("memset": before session 28), without either ("none"), as programmatic
+dependents ("pdl"), and as dependents loading their weight tiles before the wait ("pdl_early", session 29; the
+default config's standalone row "default_early" too), A/B interleaved twice in one process.
 """
 
 import sys
@@ -41,13 +42,15 @@ def rows():
                      "memset_default": [partial(_with_memset, x, w) for w in ws]}
             calls |= {f"bn{bn}k{ks}w{nw}": [partial(sk.skinny_gemm, x, w, bn, ks, nw) for w in ws]
                       for bn, ks, nw in CONFIGS}
+            calls["default_early"] = [partial(sk.skinny_gemm, x, w, early=True) for w in ws]
             yield time_calls({"N": N, "M": M, "K": K, "copies": len(ws)}, calls)
 
 
 def stack_rows(M: int = 8, bits: int = 4):
     layers, nbytes = chain.build(M, bits)
     plain, pdl_on = sk.skinny_gemm, sk.programmatic_launch_on
-    modes = {"memset": (partial(_with_memset, gemm=plain), False), "none": (plain, False), "pdl": (plain, True)}
+    modes = {"memset": (partial(_with_memset, gemm=plain), False), "none": (plain, False), "pdl": (plain, True),
+             "pdl_early": (partial(plain, early=True), True)}
     for ab in range(2):
         for elem in ("e4m3", "int8"):
             r = {"stack": f"chained int{bits} {elem} deferred", "M": M, "weight_bytes": nbytes, "ab": ab}

@@ -51,12 +51,19 @@ def assert_same_as_plain(chain, xs):
 
 
 @pytest.mark.skipif(not SM90, reason="programmatic dependent launch: NVIDIA sm_90+")
-@pytest.mark.parametrize("cfg,elem", [("mma2n64t2s", "e4m3"), ("mma8n64t2s", "int8"), ("mma8n64t2o12", "int8"),
-                                      ("gemv_o8", "int8"), ("gemv_o8", "e4m3")])
-def test_programmatic_launch_waits_for_its_producer(cfg, elem):
+@pytest.mark.parametrize("cfg,elem,producer", [("mma2n64t2s", "e4m3", "bm1w1"), ("mma8n64t2s", "int8", "bm1w1"),
+                                               ("mma8n64t2o12", "int8", "bm1w1"), ("gemv_o8", "int8", "bm1w1"),
+                                               ("gemv_o8", "e4m3", "bm1w1"), ("mma2n64t2s", "e4m3", "bm1w1e"),
+                                               ("mma8n64t2s", "int8", "bm1w1e"), ("mma2n64t2s", "e4m3", "bm1w1p"),
+                                               ("mma8n64t2s", "int8", "bm1w1p")])
+def test_programmatic_launch_waits_for_its_producer(cfg, elem, producer, monkeypatch):
     """A chain of producers and decode GEMMs, each launch a programmatic dependent of the one before (the GEMM of
-    its producer, the producer of the GEMM), gives the plain launches' bits, eager and replayed in a CUDA graph."""
+    its producer, the producer of the GEMM), gives the plain launches' bits, eager and replayed in a CUDA graph —
+    with the producers' constants read before their wait too (``bm1w1e`` / ``bm1w1p``)."""
+    from radiance_kernels.ops.stream import triton as st
     from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    monkeypatch.setattr(st, "SMALL_M_DEFAULT", producer)
 
     M, K, layers = 8, 640, 6
     ops = torch.ops.radiance
@@ -80,10 +87,15 @@ def test_programmatic_launch_waits_for_its_producer(cfg, elem):
 
 
 @pytest.mark.skipif(not SM90, reason="programmatic dependent launch: NVIDIA sm_90+")
-def test_skinny_gemm_waits_for_the_gemm_before_it():
+@pytest.mark.parametrize("early", (False, True))
+def test_skinny_gemm_waits_for_the_gemm_before_it(early, monkeypatch):
     """The skinny GEMM, a programmatic dependent, reading each decode GEMM's output as it lands (and the next
-    producer launched behind it): its outputs are the plain launches' bits, eager and replayed in a CUDA graph."""
+    producer launched behind it), its weights loaded after or (``early``) before its wait: its outputs are the plain
+    launches' bits, eager and replayed in a CUDA graph."""
+    from radiance_kernels.ops.skinny_gemm import triton as sk
     from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    monkeypatch.setattr(sk, "EARLY", early)
 
     M, K, layers = 8, 640, 4
     ops = torch.ops.radiance

@@ -44,16 +44,19 @@ def test_bad_inputs():
         torch.ops.radiance.skinny_gemm(torch.zeros(65, 256, dtype=torch.bfloat16), w, "reference")
 
 
-@pytest.mark.parametrize("bn,kslice,num_warps", [(16, 256, 4), (32, 512, 4), (16, 1024, 8)])
-def test_tiles_leave_the_counters_zero(bn, kslice, num_warps, device):
-    """Every tile config stays at the bf16 floor and leaves its arrival counters zeroed (no memset per call):
-    a second call on the same buffer gives the same bits."""
+@pytest.mark.parametrize("bn,kslice,num_warps,early", [(16, 256, 4, False), (32, 512, 4, False),
+                                                       (16, 1024, 8, False), (16, 256, 4, True)])
+def test_tiles_leave_the_counters_zero(bn, kslice, num_warps, early, device):
+    """Every tile config — its weights loaded before the programmatic wait too (``early``) — stays at the bf16 floor
+    and leaves its arrival counters zeroed (no memset per call): a second call on the same buffer gives the same
+    bits, the late and early loads the same."""
     from radiance_kernels.ops.arrivals import counters
     from radiance_kernels.ops.skinny_gemm import triton as impl
 
     x, w = _inputs(5, 96, 1280, device, seed=2)
     exact = x.double() @ w.double().t()
-    ys = [impl.skinny_gemm(x, w, bn, kslice, num_warps) for _ in range(2)]
+    ys = [impl.skinny_gemm(x, w, bn, kslice, num_warps, early) for _ in range(2)]
     assert torch.equal(ys[0], ys[1]) and not counters(device, 1, "skinny_gemm").any()
+    assert torch.equal(ys[0], impl.skinny_gemm(x, w, bn, kslice, num_warps, not early))
     err = (ys[0].double() - exact).abs()
     assert (err <= exact.abs() * 2.0**-8 * 1.01 + 1e-5 * exact.abs().max()).all(), err.max().item()

@@ -1,7 +1,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import FULL_SHAPES
+from conftest import FULL_SHAPES, compiled_for_sm90
 from test_rotate_quant import VARIANTS, activations, assert_same, poisoned
 
 from radiance_kernels.formats.rotation import random_rotations
@@ -76,7 +76,7 @@ def test_fused_equals_chain_bytewise(device, name, dtype, P, M, K, variants):
     check_family(name, M, K, P, dtype, device, variants)
 
 
-@pytest.mark.parametrize("cfg", ("bm16w4_recompute", "bm4w4", "bm1w1", "bm32w8"))
+@pytest.mark.parametrize("cfg", ("bm16w4_recompute", "bm4w4", "bm1w1", "bm1w1e", "bm32w8"))
 @pytest.mark.parametrize("name", ("add_rms_gemma", "gated_rms_norm"))
 def test_fused_configs_equal_chain_bytewise(device, name, cfg):
     """Non-default launch configs with the producers (per-token scratch or recompute, stored hs/residual,
@@ -92,7 +92,8 @@ def test_fused_token_scratch_row_chunks(device, monkeypatch):
 
 @pytest.mark.parametrize("name, dtype, P, M, K, cfg", [("add_rms", torch.bfloat16, 3, 8, 640, st.DEFAULT),
                                                         ("add_rms_gemma", torch.float16, 2, 37, 384, "bm4w4"),
-                                                        ("add_rms", torch.bfloat16, 2, 9, 256, "bm1w1")])
+                                                        ("add_rms", torch.bfloat16, 2, 9, 256, "bm1w1"),
+                                                        ("add_rms_gemma", torch.bfloat16, 3, 8, 384, "bm1w1e")])
 def test_add_rms_split_equals_row_wide_bytewise(device, name, dtype, P, M, K, cfg):
     """Split add+RMSNorm (parallel [M, G] sum-of-squares partials folded in group order, one group per
     program) and the row-wide walk both equal the reference chain, and each other, byte for byte."""
@@ -101,6 +102,72 @@ def test_add_rms_split_equals_row_wide_bytewise(device, name, dtype, P, M, K, cf
     for key, got in split.items():
         for t in ("A", "AS", "RS", "hs", "residual"):
             assert torch.equal(got[t].view(torch.uint8), walk[key][t].view(torch.uint8)), (key, t)
+
+
+@pytest.mark.parametrize("name", PRODUCERS)
+def test_early_constants_same_bytes(device, name, monkeypatch):
+    """``bm1w1e`` loads a one-group program's constants (weight, channel scales, Givens tables) before its wait:
+    taken by the plain and per-group launches of every producer (not per-token: a program walks every group there),
+    each output byte-identical to ``bm1w1``'s."""
+    early, real = [], st._prologue_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: (early.append(kw["EARLY"]), real[grid](*args, **kw))[1]
+
+    monkeypatch.setattr(st, "_prologue_kernel", Spy())
+    M, K, P = 5, 256, 2
+    a, b, w = inputs(name, M, K, torch.bfloat16, seed=3, device=device)
+    recs = random_rotations(P, K, seed=5, device=device)
+    for kw in (dict(), *(dict(rotation=recs, elem=e, granularity=g) for e, g in VARIANTS)):
+        got = {cfg: launch(name, a, b, w, store_hs=True, cfg=cfg, **kw) for cfg in ("bm1w1", "bm1w1e")}
+        for key, t in got["bm1w1"].items():
+            assert torch.equal(t.view(torch.uint8), got["bm1w1e"][key].view(torch.uint8)), (kw.get("elem"), key)
+        assert early[-1] == (kw.get("granularity") != "token") and not early[-2], kw
+    assert sum(early) == 1 + sum(g != "token" for _, g in VARIANTS)
+
+
+EARLY_SM90 = """
+import json, re
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from radiance_kernels.ops.stream.triton import _prologue_kernel as k
+types = dict(a_ptr="*i16", b_ptr="*i16", w_ptr="*i16", hs_ptr="*i16", res_ptr="*i16", mate_ptr="*i32",
+             cs_ptr="*fp16", q_ptr="*u8", eps="fp32", inv_qmax="fp32")
+out = []
+for producer in (1, 3, 5):
+    for early in (0, 1, 2):
+        ce = dict(PRODUCER=producer, GEMMA=True, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=producer == 1,
+                  NL=8, HW=True, BM=1, SCRATCH=True, NW=1, FOLD=40 if producer == 1 else 0, TSPLIT=0, WAIT=True,
+                  XA=2 if producer == 1 else 0, XB=0, EARLY=early)
+        sig = {n: "constexpr" if n in ce else types.get(n, "*fp32" if n.endswith("_ptr") else "i32")
+               for n in k.arg_names}
+        ptx = triton.compile(ASTSource(fn=k, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
+                             options={"num_warps": 1, "enable_fp_fusion": False}).asm["ptx"]
+        head, wait, tail = ptx.partition("griddepcontrol.wait")
+        out.append(dict(producer=producer, early=early, wait=bool(wait), ld_before=head.count("ld.global"),
+                        prefetch_before=head.count("prefetch.global.L2"), prefetch_after=tail.count("prefetch"),
+                        ld_after=tail.count("ld.global")))
+print(json.dumps(out))
+"""
+
+
+def test_early_constants_compile_for_sm90():
+    """sm_90 (this environment's Triton; the H200 runs 3.6): a one-warp decode producer reads nothing before its
+    programmatic wait, or (EARLY 1) its weight row and group tables — 8 layers x (partner, cos, sin) + channel
+    scales, 4 values a lane each — loaded, or (EARLY 2) the same addresses prefetched to the L2 and nothing loaded;
+    what EARLY 1 moved before the wait is what the others load after it."""
+    rows = {(r["producer"], r["early"]): r for r in compiled_for_sm90(EARLY_SM90)}
+    for producer in (1, 3, 5):
+        late, regs, l2 = (rows[producer, e] for e in (0, 1, 2))
+        assert all(r["wait"] for r in (late, regs, l2))
+        assert late["ld_before"] == late["prefetch_before"] == 0, late
+        weight = 4 * (producer != 3)
+        assert regs["ld_before"] == 25 * 4 + weight and regs["prefetch_before"] == 0, regs
+        assert regs["ld_before"] + regs["ld_after"] == late["ld_after"], (regs, late)
+        assert l2["ld_before"] == 0 and l2["prefetch_before"] == regs["ld_before"] and not l2["prefetch_after"], l2
+        assert l2["ld_after"] == late["ld_after"], (l2, late)
 
 
 @pytest.mark.parametrize("name, dtype", [("silu_mul", torch.bfloat16), ("gated_rms_norm_k", torch.float16)])

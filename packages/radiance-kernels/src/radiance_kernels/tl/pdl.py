@@ -1,8 +1,9 @@
-"""Programmatic dependent launch (``griddepcontrol``, sm_90+) as a Triton device function.
+"""Programmatic dependent launch (``griddepcontrol``, sm_90+) as Triton device functions.
 
 A launch made with ``launch_pdl=True`` may be scheduled while the launch before it still runs; its programs call
-:func:`programmatic_start` before touching memory (:func:`radiance_kernels.backends.programmatic_launch_on` says
-whether the host launches that way).
+:func:`programmatic_start` before touching memory the launches before it write (:func:`radiance_kernels.backends.
+programmatic_launch_on` says whether the host launches that way); before it they may only read constants, or
+:func:`prefetch_l2` them.
 """
 
 import triton
@@ -18,3 +19,12 @@ def programmatic_start(WAIT: tl.constexpr, TRIGGER: tl.constexpr = False):
         gdc_launch_dependents()
     if WAIT:
         gdc_wait()
+
+
+@triton.jit
+def prefetch_l2(ptrs):
+    """``prefetch.global.L2`` of every address in ``ptrs``: constants a programmatic dependent will read after its
+    wait, brought from DRAM while the launch before it runs (a hint: nothing is read into registers). NVIDIA PTX, so
+    only where programmatic launch runs."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)

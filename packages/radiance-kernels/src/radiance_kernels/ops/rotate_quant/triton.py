@@ -22,6 +22,7 @@ import triton.language as tl
 
 from radiance_kernels.ops.stream.reference import RINT_MAGIC
 from radiance_kernels.tl.e4m3 import e4m3_encode
+from radiance_kernels.tl.pdl import prefetch_l2
 
 _RINT: tl.constexpr = tl.constexpr(RINT_MAGIC)
 
@@ -70,17 +71,62 @@ def _rows(t, BM: tl.constexpr, NW: tl.constexpr):
 
 
 @triton.jit
+def _layer_tables(mate_ptr, cos_ptr, sin_ptr, p, r, g, K, cols, NL: tl.constexpr, BM: tl.constexpr,
+                  NW: tl.constexpr):
+    """Partition p's Givens layer r on group g: partner index, cos and signed sin, each [BM, 128]."""
+    off = (p * NL + r) * K + g * 128 + cols[None, :] + tl.zeros((NW, 1), tl.int32)
+    return (_rows(tl.load(mate_ptr + off), BM, NW), _rows(tl.load(cos_ptr + off), BM, NW),
+            _rows(tl.load(sin_ptr + off), BM, NW))
+
+
+@triton.jit
+def _givens(v, layer):
+    """One Givens layer on v [BM, 128]: ``(c·v) + (s·v[mate])``, separately rounded."""
+    mate, c, s = layer
+    return c * v + s * tl.gather(v, mate, axis=1)
+
+
+@triton.jit
 def rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: tl.constexpr, BM: tl.constexpr,
                  NW: tl.constexpr):
-    """Channel-scale and rotate one 128-group tile v [BM, 128] by partition p's layers."""
+    """Channel-scale and rotate one 128-group tile v [BM, 128] by partition p's layers, each layer's tables
+    loaded as it comes (one layer's in registers at a time)."""
     v = v * tl.load(cs_ptr + p * K + g * 128 + cols).to(tl.float32)[None, :]
-    rep = tl.zeros((NW, 1), tl.int32)
     for r in tl.static_range(NL):
-        off = (p * NL + r) * K + g * 128 + cols[None, :] + rep
-        mate = _rows(tl.load(mate_ptr + off), BM, NW)
-        c = _rows(tl.load(cos_ptr + off), BM, NW)
-        s = _rows(tl.load(sin_ptr + off), BM, NW)
-        v = c * v + s * tl.gather(v, mate, axis=1)
+        v = _givens(v, _layer_tables(mate_ptr, cos_ptr, sin_ptr, p, r, g, K, cols, NL, BM, NW))
+    return v
+
+
+@triton.jit
+def group_tables(mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: tl.constexpr, BM: tl.constexpr,
+                 NW: tl.constexpr):
+    """Everything :func:`rotate_group` reads for group g, loaded at once: the channel scales [128] and each
+    layer's tables — constants, so a programmatic dependent may load them before its wait."""
+    layers = ()
+    for r in tl.static_range(NL):
+        layers = layers + (_layer_tables(mate_ptr, cos_ptr, sin_ptr, p, r, g, K, cols, NL, BM, NW),)
+    return tl.load(cs_ptr + p * K + g * 128 + cols).to(tl.float32), layers
+
+
+@triton.jit
+def prefetch_tables(mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL: tl.constexpr):
+    """:func:`prefetch_l2` of everything :func:`rotate_group` reads for group g (NVIDIA, a programmatic dependent
+    before its wait)."""
+    prefetch_l2(cs_ptr + p * K + g * 128 + cols)
+    for r in tl.static_range(NL):
+        off = (p * NL + r) * K + g * 128 + cols
+        prefetch_l2(mate_ptr + off)
+        prefetch_l2(cos_ptr + off)
+        prefetch_l2(sin_ptr + off)
+
+
+@triton.jit
+def rotate_loaded(v, tables, NL: tl.constexpr):
+    """:func:`rotate_group` on tables :func:`group_tables` loaded: the same operations in the same order."""
+    cs, layers = tables
+    v = v * cs[None, :]
+    for r in tl.static_range(NL):
+        v = _givens(v, layers[r])
     return v
 
 

@@ -8,7 +8,9 @@ partial ``P[s, :, tile]``. It then bumps the tile's arrival counter; the last pr
 (:func:`radiance_kernels.ops.arrivals.counters`: no memset per call). The sum order is fixed, so the result does
 not depend on arrival order (deterministic run to run). Where
 :func:`radiance_kernels.backends.programmatic_launch_on` holds it is a programmatic dependent (``WAIT``) that lets the
-next launch start as it starts: its launch latency hides behind the launch before it.
+next launch start as it starts: its launch latency hides behind the launch before it. ``early``: each program loads
+its weight tile (a constant, 8 KB at the default tile) before that wait, while the launch before it runs — its DRAM
+round trip off the critical path; not yet timed, so off by default (:data:`EARLY`).
 """
 
 import torch
@@ -20,23 +22,29 @@ from radiance_kernels.ops.arrivals import counters
 from radiance_kernels.tl.bf16 import to_bf16
 from radiance_kernels.tl.pdl import programmatic_start
 
-#: Tile: ``BN`` output columns per program, ``KSLICE`` of K per split, ``num_warps``.
-BN, KSLICE, NUM_WARPS = 16, 256, 4
+#: Tile: ``BN`` output columns per program, ``KSLICE`` of K per split, ``num_warps``; whether the weight tile loads
+#: before the programmatic wait.
+BN, KSLICE, NUM_WARPS, EARLY = 16, 256, 4, False
 
 
 @triton.jit
 def _skinny_kernel(x_ptr, w_ptr, part_ptr, count_ptr, y_ptr, M, N, K, S,
                    BM: tl.constexpr, BN: tl.constexpr, KSLICE: tl.constexpr, INTERP: tl.constexpr,
-                   WAIT: tl.constexpr):
-    programmatic_start(WAIT, WAIT)
+                   WAIT: tl.constexpr, EARLY: tl.constexpr = False):
     tile = tl.program_id(0)
     s = tl.program_id(1)
     rm = tl.arange(0, BM)
     rn = tile * BN + tl.arange(0, BN)
     rk = s * KSLICE + tl.arange(0, KSLICE)
     kmask = rk < K
+    w_ptrs = w_ptr + rn[:, None] * K + rk[None, :]
+    w_mask = (rn[:, None] < N) & kmask[None, :]
+    if EARLY:  # the weights are constants: loaded while the launch before this one runs
+        w = tl.load(w_ptrs, mask=w_mask, other=0.0)
+    programmatic_start(WAIT, WAIT)
     x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & kmask[None, :], other=0.0)
-    w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=(rn[:, None] < N) & kmask[None, :], other=0.0)
+    if not EARLY:
+        w = tl.load(w_ptrs, mask=w_mask, other=0.0)
     if INTERP:  # the interpreter's bf16 dot is wrong; bf16 products are exact in fp32 anyway
         acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision="ieee")
     else:
@@ -54,7 +62,7 @@ def _skinny_kernel(x_ptr, w_ptr, part_ptr, count_ptr, y_ptr, M, N, K, S,
 
 
 def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bn: int = BN, kslice: int = KSLICE,
-                num_warps: int = NUM_WARPS) -> torch.Tensor:
+                num_warps: int = NUM_WARPS, early: bool | None = None) -> torch.Tensor:
     M, K = x.shape
     N = w.shape[0]
     x = x.contiguous()
@@ -67,5 +75,5 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bn: int = BN, kslice: int = KS
     pdl = programmatic_launch_on(x.device)
     _skinny_kernel[(tiles, S)](x, w, part, counters(x.device, tiles, "skinny_gemm"), y, M, N, K, S,
                                BM=bm, BN=bn, KSLICE=kslice, INTERP=triton_interpreted(), WAIT=pdl,
-                               num_warps=num_warps, launch_pdl=pdl)
+                               EARLY=EARLY if early is None else early, num_warps=num_warps, launch_pdl=pdl)
     return y

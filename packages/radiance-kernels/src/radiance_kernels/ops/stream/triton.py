@@ -39,15 +39,18 @@ from radiance_kernels.backends import programmatic_launch_on
 from radiance_kernels.formats.rotation import GROUP, givens_tables
 from radiance_kernels.ops.rotate_quant import reference as rq_ref
 from radiance_kernels.ops.rotate_quant.triton import (
+    group_tables,
     load_f32,
     output_buffers,
+    prefetch_tables,
     quant_store,
     rotate_group,
+    rotate_loaded,
     round_to,
     store_dt,
 )
 from radiance_kernels.ops.stream import reference as ref
-from radiance_kernels.tl.pdl import programmatic_start
+from radiance_kernels.tl.pdl import prefetch_l2, programmatic_start
 
 PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 1, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
 _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -56,6 +59,13 @@ _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 #: per-layer layout conversions go through shared memory with barriers, amortised over 4 rows), 2, or 1
 #: (no conversion, no barrier, full occupancy, but the gather's index decode is paid per row). Every config
 #: is byte-identical to the reference. BM must be a multiple of num_warps (the tables are loaded once per warp).
+#: ``early``: where a program owns one group (the split decode producers, per-group or plain), it reads that group's
+#: constants — the producer's weight, the channel scales and every Givens layer's tables, 8 x 3 rows of 128 — before
+#: its programmatic wait, while the GEMM before it runs: into registers (1, ``bm1w1e``: ptxas sm_90 160-255
+#: registers against 66-72, fewer programs resident) or as L2 prefetches (2, ``bm1w1p``: NVIDIA PTX, taken only where
+#: programmatic launch runs); otherwise each layer's tables load as the layer comes, after the wait. In the served
+#: stack those tables (~4 MB a layer) are not in the L2 (13 GB of weights stream through it per step): their first
+#: touch is a DRAM round trip on each producer's critical path. Not yet timed.
 CONFIGS = {
     "bm16w4": dict(BM=16, num_warps=4, scratch=True),
     "bm16w4_recompute": dict(BM=16, num_warps=4, scratch=False),
@@ -66,6 +76,8 @@ CONFIGS = {
     "bm8w8": dict(BM=8, num_warps=8, scratch=True),
     "bm4w4": dict(BM=4, num_warps=4, scratch=True),
     "bm1w1": dict(BM=1, num_warps=1, scratch=True),
+    "bm1w1e": dict(BM=1, num_warps=1, scratch=True, early=1),
+    "bm1w1p": dict(BM=1, num_warps=1, scratch=True, early=2),
 }
 DEFAULT = "bm16w4"
 #: The default at M <= SMALL_M (decode): one row per warp, so the tables need no per-layer conversion through
@@ -200,11 +212,25 @@ def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, sxa, sxb, part_ptr, M,
 
 
 @triton.jit
-def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr, store_mask,
+def _weight(w_ptr, w_gstride, cols, g, PRODUCER: tl.constexpr, DT: tl.constexpr):
+    """The producer's weight on group g as fp32 [1, 128]: add+RMSNorm's per channel, the gated RMSNorm's per head
+    (``w_gstride`` 0: one head's row for every group); none (zeros, nothing read) for the other producers."""
+    if PRODUCER == 1:
+        w = load_f32(w_ptr, g * 128 + cols, cols < 128, DT)[None, :]
+    elif PRODUCER == 5:
+        w = load_f32(w_ptr, g * w_gstride + cols, cols < 128, DT)[None, :]
+    else:
+        w = tl.zeros((1, 128), tl.float32)
+    return w
+
+
+@triton.jit
+def _produce(a_ptr, b_ptr, w, stride_a, stride_b, sxa, sxb, eps, hs_ptr, res_ptr, store_mask,
              rows, rmask, cols, g, K, inv,
              PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, STORE: tl.constexpr,
              BM: tl.constexpr, XA: tl.constexpr, XB: tl.constexpr):
-    """The producer's output for group g of the tile's rows, as DT-rounded fp32 [BM, 128]."""
+    """The producer's output for group g of the tile's rows, as DT-rounded fp32 [BM, 128]; ``w`` its weight there
+    (:func:`_weight`)."""
     r64 = rows.to(tl.int64)[:, None]
     m2 = rmask[:, None]
     xa = _load_act(a_ptr, r64 * stride_a + g * 128 + cols[None, :], m2, DT, XA, sxa)
@@ -215,7 +241,6 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, 
         if PRODUCER == 1:
             s = round_to(xa + xb, DT)
             n = s * inv[:, None]
-            w = load_f32(w_ptr, g * 128 + cols, cols < 128, DT)[None, :]
             if GEMMA:
                 v = round_to(n * (w + 1.0), DT)
             else:
@@ -228,7 +253,6 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, 
             v = round_to(xa * round_to(_sigmoid(xb), DT), DT)
         else:
             h_inv = _rms_inv(_tree(xa * xa, BM), 128.0, eps)
-            w = load_f32(w_ptr, g * w_gstride + cols, cols < 128, DT)[None, :]
             v = round_to(((xa * h_inv[:, None]) * w) * _silu(xb), DT)
     if STORE:
         store_dt(hs_ptr, r64 * K + g * 128 + cols[None, :], v, store_mask[:, None], DT)
@@ -243,15 +267,26 @@ def _prologue_kernel(
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
     SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, WAIT: tl.constexpr,
-    XA: tl.constexpr = 0, XB: tl.constexpr = 0,
+    XA: tl.constexpr = 0, XB: tl.constexpr = 0, EARLY: tl.constexpr = 0,
 ):
-    programmatic_start(WAIT)
     p = tl.program_id(0)
+    cols = tl.arange(0, 128)
+    g0 = tl.program_id(2) * GPP
+    # one group per program (GPP = 1, per-group or plain): its weight and Givens tables are constants, read while
+    # the launch before this one runs — into registers (EARLY 1) or, prefetched, into the L2 (EARLY 2)
+    if EARLY == 1:
+        w0 = _weight(w_ptr, w_gstride, cols, g0, PRODUCER, DT)
+        if QUANT:
+            tables = group_tables(mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g0, K, cols, NL, BM, NW)
+    elif EARLY == 2:
+        if PRODUCER == 1 or PRODUCER == 5:
+            prefetch_l2(w_ptr + g0 * (128 if PRODUCER == 1 else w_gstride) + cols)
+        if QUANT:
+            prefetch_tables(mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g0, K, cols, NL)
+    programmatic_start(WAIT)
     rows = row0 + tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
     store_mask = rmask & (p == 0)
-    cols = tl.arange(0, 128)
-    g0 = tl.program_id(2) * GPP
     g1 = tl.minimum(g0 + GPP, G)
     inv = tl.zeros((BM,), tl.float32)
     if PRODUCER == 1 and TSPLIT != 2:
@@ -278,8 +313,9 @@ def _prologue_kernel(
         abase = (p * M + rows).to(tl.int64) * G
         if TSPLIT != 2:
             for g in range(g0, g1):
-                v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
-                             store_mask, rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM, XA, XB)
+                v = _produce(a_ptr, b_ptr, _weight(w_ptr, w_gstride, cols, g, PRODUCER, DT), stride_a, stride_b, sxa,
+                             sxb, eps, hs_ptr, res_ptr, store_mask, rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT,
+                             STORE_HS, BM, XA, XB)
                 v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
                 amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
                 tl.store(scr_ptr + sofs + g * 128, v, mask=rmask[:, None])
@@ -303,9 +339,9 @@ def _prologue_kernel(
         amax = tl.zeros((BM,), tl.float32)
         for it in range(0, 2 * G):
             g = it % G
-            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
-                         store_mask & (it >= G), rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM,
-                         XA, XB)
+            v = _produce(a_ptr, b_ptr, _weight(w_ptr, w_gstride, cols, g, PRODUCER, DT), stride_a, stride_b, sxa, sxb,
+                         eps, hs_ptr, res_ptr, store_mask & (it >= G), rows, rmask, cols, g, K, inv, PRODUCER, GEMMA,
+                         DT, STORE_HS, BM, XA, XB)
             v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
             if it < G:
                 amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
@@ -315,10 +351,17 @@ def _prologue_kernel(
                 quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
     else:
         for g in range(g0, g1):
-            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
-                         store_mask, rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM, XA, XB)
+            if EARLY == 1:  # the one group's constants, loaded before the wait
+                w = w0
+            else:
+                w = _weight(w_ptr, w_gstride, cols, g, PRODUCER, DT)
+            v = _produce(a_ptr, b_ptr, w, stride_a, stride_b, sxa, sxb, eps, hs_ptr, res_ptr, store_mask, rows,
+                         rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM, XA, XB)
             if QUANT:
-                v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
+                if EARLY == 1:
+                    v = rotate_loaded(v, tables, NL)
+                else:
+                    v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
                 scale = tl.max(tl.abs(v), axis=1) * inv_qmax
                 tl.store(as_ptr + (p * M + rows).to(tl.int64) * G + g, scale, mask=rmask)
                 quant_store(v, scale, q_ptr, rs_ptr, p, rows, rmask, g, M, K, G, cols, ELEM, HW)
@@ -403,6 +446,8 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     fold = split and kind == 1
     tsplit = split and scratch
     GPP = G if (token and not tsplit) or (kind == 1 and not split) else 1
+    early = CONFIGS[cfg].get("early", 0) if GPP == 1 and not token else 0
+    early = 0 if early == 2 and not pdl else early  # prefetching for a wait there is none of: no PTX here
     part = cos  # never read
     if fold:
         part = torch.empty((M, G), dtype=torch.float32, device=dev)
@@ -428,7 +473,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[dt], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, XA=xa, XB=xb, num_warps=num_warps,
+            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, XA=xa, XB=xb, EARLY=early, num_warps=num_warps,
             enable_fp_fusion=False, launch_pdl=pdl,
         )
     return out
