@@ -217,18 +217,22 @@ import re, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from radiance_kernels.ops.stream import triton as st
-consts = dict(PRODUCER=5, GEMMA=False, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=False, NL=8, HW=True,
-              BM=st.CONFIGS[st.DEFAULT]["BM"], SCRATCH=False,
-              NW=st.CONFIGS[st.DEFAULT]["num_warps"], FOLD=0, TSPLIT=0, XA=2, XB=0)
-ptrs = dict(mate_ptr="*i32", cos_ptr="*fp32", sin_ptr="*fp32", cs_ptr="*fp16", q_ptr="*u8", as_ptr="*fp32",
-            rs_ptr="*fp32", scr_ptr="*fp32", part_ptr="*fp32", amax_ptr="*fp32", a_ptr="*fp32")  # a: partials
-sig = {n: "constexpr" if n in consts else ptrs.get(n, "*i16" if n.endswith("_ptr") else
-                                                  "fp32" if n in ("eps", "inv_qmax") else "i32")
-       for n in st._prologue_kernel.arg_names}
-ptx = triton.compile(ASTSource(fn=st._prologue_kernel, signature=sig, constexprs=consts),
-                     target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "enable_fp_fusion": False}).asm["ptx"]
-assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx, "expected IEEE div/sqrt"
-print(sorted(set(re.findall(r"\\bfma\\.\\w+|\\.ftz\\b|div\\.(?:full|approx)|sqrt\\.approx|ex2\\.|rsqrt", ptx))))
+found = set()
+for cfg, early in ((st.DEFAULT, 0), ("bm1w1e", 1), ("bm1w1p", 2)):  # the group's constants after / before the wait
+    consts = dict(PRODUCER=5, GEMMA=False, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=False, NL=8, HW=True,
+                  BM=st.CONFIGS[cfg]["BM"], SCRATCH=False, NW=st.CONFIGS[cfg]["num_warps"], FOLD=0, TSPLIT=0, XA=2,
+                  XB=0, WAIT=True, EARLY=early)
+    ptrs = dict(mate_ptr="*i32", cos_ptr="*fp32", sin_ptr="*fp32", cs_ptr="*fp16", q_ptr="*u8", as_ptr="*fp32",
+                rs_ptr="*fp32", scr_ptr="*fp32", part_ptr="*fp32", amax_ptr="*fp32", a_ptr="*fp32")  # a: partials
+    sig = {n: "constexpr" if n in consts else ptrs.get(n, "*i16" if n.endswith("_ptr") else
+                                                      "fp32" if n in ("eps", "inv_qmax") else "i32")
+           for n in st._prologue_kernel.arg_names}
+    ptx = triton.compile(ASTSource(fn=st._prologue_kernel, signature=sig, constexprs=consts),
+                         target=GPUTarget("cuda", 90, 32),
+                         options={"num_warps": consts["NW"], "enable_fp_fusion": False}).asm["ptx"]
+    assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx, "expected IEEE div/sqrt"
+    found |= set(re.findall(r"\\bfma\\.\\w+|\\.ftz\\b|div\\.(?:full|approx)|sqrt\\.approx|ex2\\.|rsqrt", ptx))
+print(sorted(found))
 """
 
 
@@ -236,7 +240,8 @@ def test_sm90_codegen_is_exact_ieee():
     """Compile the prologue kernel for an H100/H200 target (no GPU needed; a subprocess, since this one
     interprets Triton): the PTX must hold no fused multiply-add, no flush-to-zero and no approximate
     div/sqrt/exp — the bit-exactness premises. The variant (gated RMSNorm producer on split partials, e4m3 group
-    quant, hardware convert) uses every such operation."""
+    quant, hardware convert) uses every such operation; compiled as the default config and with the group's
+    constants read before the programmatic wait (``bm1w1e``, ``bm1w1p``)."""
     import os
     import subprocess
     import sys
