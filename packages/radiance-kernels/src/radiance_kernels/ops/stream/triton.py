@@ -64,7 +64,7 @@ _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 #: its programmatic wait, while the GEMM before it runs: into registers (1, ``bm1w1e``: ptxas sm_90 160-255
 #: registers against 66-72, fewer programs resident) or as L2 prefetches (2, ``bm1w1p``: NVIDIA PTX, taken only where
 #: programmatic launch runs); otherwise each layer's tables load as the layer comes, after the wait. In the served
-#: stack those tables (~4 MB a layer) are not in the L2 (13 GB of weights stream through it per step): their first
+#: stack those tables (4.2-4.7 MB a layer) are not in the L2 (13 GB of weights stream through it per step): their first
 #: touch is a DRAM round trip on each producer's critical path. Not yet timed.
 CONFIGS = {
     "bm16w4": dict(BM=16, num_warps=4, scratch=True),
