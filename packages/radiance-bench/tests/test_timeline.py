@@ -62,16 +62,28 @@ def test_attribute_refuses_launches_that_miss_a_role():
                            roles, 4.0)
 
 
-def test_plot_and_main_from_a_profile(tmp_path, capsys):
-    rows = timeline.attribute([_k("_prologue_kernel", 0, 2), _k("_w4a8_kernel", 1, 9)],
-                              [Role("norm", NORM), Role("qkv", GEMM, 16_000)], 4.0)
-    run = {"section": "stack_profile", "label": "int4 test", "step_us": 9.0, "untraced_us": 8.5, "limit_us": 0.004,
-           "roles": rows}
+def test_plot_and_main_from_a_profile(tmp_path, capsys, monkeypatch):
+    ks = [_k("_prologue_kernel", 0, 2), _k("_w4a8_kernel", 1, 9), _k("_prologue_kernel", 9, 10),
+          _k("_w4a8_kernel", 9.5, 12)]
+    rows = timeline.attribute(ks, [Role("norm", NORM, 0, 0), Role("qkv", GEMM, 16_000, 0), Role("norm", NORM, 0, 1),
+                                   Role("qkv", GEMM, 16_000, 1)], 4.0)
+    assert [k["layer"] for k in ks] == [0, 0, 1, 1]
+    run = {"section": "stack_profile", "label": "int4 test", "step_us": 12.0, "untraced_us": 8.5, "limit_us": 0.008,
+           "roles": rows, "launches": ks}
+    import matplotlib.axes
+
+    bars, real = [], matplotlib.axes.Axes.barh
+    monkeypatch.setattr(matplotlib.axes.Axes, "barh", lambda ax, y, w, *a, **kw: (bars.append((y, w, kw.get("left"))),
+                                                                                   real(ax, y, w, *a, **kw))[1])
     path = tmp_path / "kb.json"
     path.write_text(json.dumps({"meta": {}, "ceilings": {}, "results": [run, {"section": "stack", "x": 1}]}))
     timeline.main([str(tmp_path / "p"), str(path)])
     assert (tmp_path / "p-int4-test.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "int4 test: step 9.0 us traced, 8.5 untraced" in capsys.readouterr().out
+    assert "int4 test: step 12.0 us traced, 8.5 untraced" in capsys.readouterr().out
+    # the time line: layer 1's launches (the default window, layers 2 and 3, is absent here: none drawn)
+    assert [b for b in bars if b[2] is not None] == []
+    timeline.plot(str(tmp_path / "q.png"), run, layers=(1,))
+    assert [b for b in bars if b[2] is not None] == [(0, 1.0, 0.0), (1, 2.5, 0.5)]
 
 
 _RUN = """
@@ -98,7 +110,7 @@ names.clear()
 step()
 ks = [dict(name=n, start=float(i), end=i + 1.0) for i, n in enumerate(names)]
 rows = timeline.attribute(ks, chain.roles(layers), 4.0)
-print(json.dumps(dict(names=names, rows=rows, nbytes=nbytes)))
+print(json.dumps(dict(names=names, rows=rows, nbytes=nbytes, layers=[k["layer"] for k in ks])))
 """
 
 
@@ -113,5 +125,6 @@ def test_chain_roles_follow_the_launches_the_step_makes():
     assert sum(r["launches"] for r in got["rows"] if r["role"] in ("qkv", "o_proj")) == 2
     assert sum(r["launches"] for r in got["rows"] if r["role"] == "down") == 4
     assert sum(r["launches"] for r in got["rows"]) == len(got["names"])
+    assert got["layers"] == sorted(got["layers"]) and set(got["layers"]) == {0, 1, 2, 3}
     limits = {r["role"]: r["limit_us"] for r in got["rows"] if "limit_us" in r}
     assert sum(limits.values()) == pytest.approx(got["nbytes"] / 4e12 * 1e6)  # every weight byte, once

@@ -119,15 +119,15 @@ def roles(layers: list[Layer]) -> list[Role]:
     producers, each with the weight bytes it streams."""
     gemm, producer, norm = ("_w4a8_",), ("_prologue",), ("_ss_partials", "_prologue")
     out = []
-    for L in layers:
+    for i, L in enumerate(layers):
         first, gate, wo = ("qkv", "sigmoid_gate", "o_proj") if L.attn else ("in_proj_qkvz", "gated_rms_norm",
                                                                            "out_proj")
-        out += [Role("add_rms_norm+rq", norm), Role(first, gemm, L.w[first].nbytes)]
+        out += [Role("add_rms_norm+rq", norm, 0, i), Role(first, gemm, L.w[first].nbytes, i)]
         if L.ba is not None:
-            out.append(Role("in_proj_ba", ("_skinny",), L.ba.numel() * L.ba.element_size()))
-        out += [Role(f"{gate}+rq", producer), Role(wo, gemm, L.w[wo].nbytes), Role("add_rms_norm+rq", norm),
-                Role("gate_up", gemm, L.w["gate_up"].nbytes), Role("silu_mul+rq", producer),
-                Role("down", gemm, L.w["down"].nbytes)]
+            out.append(Role("in_proj_ba", ("_skinny",), L.ba.numel() * L.ba.element_size(), i))
+        out += [Role(f"{gate}+rq", producer, 0, i), Role(wo, gemm, L.w[wo].nbytes, i),
+                Role("add_rms_norm+rq", norm, 0, i), Role("gate_up", gemm, L.w["gate_up"].nbytes, i),
+                Role("silu_mul+rq", producer, 0, i), Role("down", gemm, L.w["down"].nbytes, i)]
     return out
 
 

@@ -27,6 +27,7 @@ class Role:
     name: str
     fragments: tuple[str, ...]  # a launch is this role's when its kernel name holds one of them
     weight_bytes: int = 0  # what the role streams (GEMMs), for its weight-stream limit
+    layer: int | None = None  # the model layer it belongs to (for the plot's launch timeline)
 
     def matches(self, kernel: str) -> bool:
         return any(f in kernel for f in self.fragments)
@@ -70,7 +71,7 @@ def traced_kernels(run: Callable[[], object], warmup: int = 2) -> list[dict]:
 def attribute(kernels: list[dict], roles: Sequence[Role], read_TBps: float) -> list[dict]:
     """Per (role, kernel) of ``kernels`` walked against ``roles`` in order: launches, exposed / gap / duration µs
     summed over the step, and for roles that stream weights their weight-stream limit at ``read_TBps``. Each kernel
-    dict gains its ``role``. Raises if the launches do not cover every role in order."""
+    dict gains its ``role`` and ``layer``. Raises if the launches do not cover every role in order."""
     rows: dict[tuple[str, str], dict] = {}
     limits: dict[str, float] = {}
     for r in roles:
@@ -82,9 +83,9 @@ def attribute(kernels: list[dict], roles: Sequence[Role], read_TBps: float) -> l
         if seen and nxt is not None and nxt.matches(k["name"]) and not roles[i].matches(k["name"]):
             i, seen = i + 1, False
         if i < len(roles) and roles[i].matches(k["name"]):
-            role, seen = roles[i].name, True
+            role, seen, k["layer"] = roles[i].name, True, roles[i].layer
         else:
-            role = "other"
+            role, k["layer"] = "other", None
         row = rows.setdefault((role, k["name"]), dict(role=role, kernel=k["name"], launches=0, exposed_us=0.0,
                                                       gap_us=0.0, duration_us=0.0))
         row["launches"] += 1
@@ -116,17 +117,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(out: str, run: dict) -> None:
-    """One bar per (role, kernel) of a profiled step (:func:`attribute`'s rows in ``run["roles"]``): its exposed
-    time, the weight-stream limit of what it streams beside it."""
+def plot(out: str, run: dict, layers: tuple[int, ...] = (2, 3)) -> None:
+    """Left: one bar per (role, kernel) of a profiled step (:func:`attribute`'s rows in ``run["roles"]``), its exposed
+    time with the weight-stream limit of what it streams beside it. Right: the launches of ``layers`` (by default a GDN
+    and an attention layer of the chained stack) on a time line, each from its first program's start to its last
+    program's end — a programmatic dependent's bar starts under the launch before it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = run["roles"]
-    names = [f"{r['role']} · {r['kernel'].strip('_').split('_kernel')[0]}" for r in rows]
-    fig, ax = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
+    short = lambda kernel: kernel.strip("_").split("_kernel")[0]  # noqa: E731
+    names = [f"{r['role']} · {short(r['kernel'])}" for r in rows]
+    span = [k for k in run.get("launches", []) if k.get("layer") in layers]
+    fig, (ax, tl_ax) = plt.subplots(1, 2, figsize=(17, 0.35 * max(len(rows), len(span)) + 2),
+                                    gridspec_kw={"width_ratios": [1, 1.2]})
     y = range(len(rows))
     ax.barh(y, [r["exposed_us"] for r in rows], color="tab:blue", label="exposed (µs per step)")
     ax.barh(y, [r.get("limit_us", 0.0) for r in rows], height=0.35, color="tab:orange",
@@ -136,6 +142,19 @@ def plot(out: str, run: dict) -> None:
     ax.set_xlabel("µs per decode step")
     ax.set_title(f"{run['label']}: step {run['step_us']:.0f} µs traced, limit {run['limit_us']:.0f} µs", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
+    if span:
+        t0 = span[0]["start"]
+        colors = {}
+        for j, k in enumerate(span):
+            c = colors.setdefault(k["role"], f"C{len(colors) % 10}")
+            tl_ax.barh(j, k["end"] - k["start"], left=k["start"] - t0, color=c)
+        tl_ax.set_yticks(range(len(span)), [f"L{k['layer']} {k['role']} · {short(k['name'])}" for k in span],
+                         fontsize=8)
+        tl_ax.invert_yaxis()
+        tl_ax.set_xlabel("µs from the first launch shown")
+        tl_ax.set_title(f"launches of layers {', '.join(map(str, layers))}", fontsize=10)
+    else:
+        tl_ax.set_axis_off()
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
