@@ -225,12 +225,12 @@ def _weight(w_ptr, w_gstride, cols, g, PRODUCER: tl.constexpr, DT: tl.constexpr)
 
 
 @triton.jit
-def _produce(a_ptr, b_ptr, w, stride_a, stride_b, sxa, sxb, eps, hs_ptr, res_ptr, store_mask,
+def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr, store_mask,
              rows, rmask, cols, g, K, inv,
              PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, STORE: tl.constexpr,
-             BM: tl.constexpr, XA: tl.constexpr, XB: tl.constexpr):
-    """The producer's output for group g of the tile's rows, as DT-rounded fp32 [BM, 128]; ``w`` its weight there
-    (:func:`_weight`)."""
+             BM: tl.constexpr, XA: tl.constexpr, XB: tl.constexpr, w_loaded=None):
+    """The producer's output for group g of the tile's rows, as DT-rounded fp32 [BM, 128]; its weight there
+    (:func:`_weight`) loaded where it is used, or ``w_loaded``."""
     r64 = rows.to(tl.int64)[:, None]
     m2 = rmask[:, None]
     xa = _load_act(a_ptr, r64 * stride_a + g * 128 + cols[None, :], m2, DT, XA, sxa)
@@ -241,6 +241,7 @@ def _produce(a_ptr, b_ptr, w, stride_a, stride_b, sxa, sxb, eps, hs_ptr, res_ptr
         if PRODUCER == 1:
             s = round_to(xa + xb, DT)
             n = s * inv[:, None]
+            w = _weight(w_ptr, w_gstride, cols, g, PRODUCER, DT) if w_loaded is None else w_loaded
             if GEMMA:
                 v = round_to(n * (w + 1.0), DT)
             else:
@@ -253,6 +254,7 @@ def _produce(a_ptr, b_ptr, w, stride_a, stride_b, sxa, sxb, eps, hs_ptr, res_ptr
             v = round_to(xa * round_to(_sigmoid(xb), DT), DT)
         else:
             h_inv = _rms_inv(_tree(xa * xa, BM), 128.0, eps)
+            w = _weight(w_ptr, w_gstride, cols, g, PRODUCER, DT) if w_loaded is None else w_loaded
             v = round_to(((xa * h_inv[:, None]) * w) * _silu(xb), DT)
     if STORE:
         store_dt(hs_ptr, r64 * K + g * 128 + cols[None, :], v, store_mask[:, None], DT)
@@ -313,9 +315,8 @@ def _prologue_kernel(
         abase = (p * M + rows).to(tl.int64) * G
         if TSPLIT != 2:
             for g in range(g0, g1):
-                v = _produce(a_ptr, b_ptr, _weight(w_ptr, w_gstride, cols, g, PRODUCER, DT), stride_a, stride_b, sxa,
-                             sxb, eps, hs_ptr, res_ptr, store_mask, rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT,
-                             STORE_HS, BM, XA, XB)
+                v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
+                             store_mask, rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM, XA, XB)
                 v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
                 amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
                 tl.store(scr_ptr + sofs + g * 128, v, mask=rmask[:, None])
@@ -339,9 +340,9 @@ def _prologue_kernel(
         amax = tl.zeros((BM,), tl.float32)
         for it in range(0, 2 * G):
             g = it % G
-            v = _produce(a_ptr, b_ptr, _weight(w_ptr, w_gstride, cols, g, PRODUCER, DT), stride_a, stride_b, sxa, sxb,
-                         eps, hs_ptr, res_ptr, store_mask & (it >= G), rows, rmask, cols, g, K, inv, PRODUCER, GEMMA,
-                         DT, STORE_HS, BM, XA, XB)
+            v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
+                         store_mask & (it >= G), rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM,
+                         XA, XB)
             v = rotate_group(v, mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g, K, cols, NL, BM, NW)
             if it < G:
                 amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
@@ -352,11 +353,11 @@ def _prologue_kernel(
     else:
         for g in range(g0, g1):
             if EARLY == 1:  # the one group's constants, loaded before the wait
-                w = w0
+                v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
+                             store_mask, rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM, XA, XB, w0)
             else:
-                w = _weight(w_ptr, w_gstride, cols, g, PRODUCER, DT)
-            v = _produce(a_ptr, b_ptr, w, stride_a, stride_b, sxa, sxb, eps, hs_ptr, res_ptr, store_mask, rows,
-                         rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM, XA, XB)
+                v = _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
+                             store_mask, rows, rmask, cols, g, K, inv, PRODUCER, GEMMA, DT, STORE_HS, BM, XA, XB)
             if QUANT:
                 if EARLY == 1:
                     v = rotate_loaded(v, tables, NL)
