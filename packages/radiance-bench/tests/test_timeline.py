@@ -50,6 +50,8 @@ def test_attribute_sums_to_the_step_and_names_every_launch():
     assert "limit_us" not in got[("other", "fill")]
     text = timeline.table(rows)
     assert "qkv" in text and text.splitlines()[-1].split()[-1] == "25.0"
+    gemms = next(line.split() for line in text.splitlines() if line.startswith("all") and "_w4a8_mma2" in line)
+    assert gemms[2:] == ["2", "15.0", "1.5", "10.00"]  # two launches, 10 + 5 us exposed, limits 1 + 0.5 us
 
 
 def test_attribute_refuses_launches_that_miss_a_role():

@@ -104,7 +104,7 @@ def attribute(kernels: list[dict], roles: Sequence[Role], read_TBps: float) -> l
 
 
 def table(rows: list[dict]) -> str:
-    """A readable table of :func:`attribute`'s rows, their total last."""
+    """A readable table of :func:`attribute`'s rows, then their sums per kernel (role "all"), the step last."""
     lines = [f"{'role':18s} {'kernel':26s} {'n':>4s} {'exposed us':>11s} {'gap us':>8s} {'duration us':>12s} "
              f"{'limit us':>9s} {'exp/limit':>9s}"]
     for r in rows:
@@ -112,6 +112,15 @@ def table(rows: list[dict]) -> str:
         lines.append(f"{r['role']:18s} {r['kernel'][:26]:26s} {r['launches']:4d} {r['exposed_us']:11.1f} "
                      f"{r['gap_us']:8.1f} {r['duration_us']:12.1f} {lim or 0.0:9.1f} "
                      f"{r['exposed_us'] / lim if lim else float('nan'):9.2f}")
+    by_kernel: dict[str, list[float]] = {}
+    for r in rows:
+        k = by_kernel.setdefault(r["kernel"], [0, 0.0, 0.0])
+        k[0] += r["launches"]
+        k[1] += r["exposed_us"]
+        k[2] += r.get("limit_us", 0.0)
+    for name, (n, exposed, lim) in sorted(by_kernel.items(), key=lambda kv: -kv[1][1]):
+        lines.append(f"{'all':18s} {name[:26]:26s} {n:4d} {exposed:11.1f} {'':8s} {'':12s} {lim:9.1f} "
+                     f"{exposed / lim if lim else float('nan'):9.2f}")
     total = sum(r["exposed_us"] for r in rows)
     lines.append(f"{'step':18s} {'':26s} {sum(r['launches'] for r in rows):4d} {total:11.1f}")
     return "\n".join(lines)
