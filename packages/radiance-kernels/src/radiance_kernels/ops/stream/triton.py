@@ -212,13 +212,18 @@ def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, sxa, sxb, part_ptr, M,
 
 
 @triton.jit
+def _weight_offsets(w_gstride, cols, g, PRODUCER: tl.constexpr):
+    """Where the producer's weight on group g lies: add+RMSNorm's per channel, the gated RMSNorm's per head
+    (``w_gstride`` 0: one head's row for every group)."""
+    return g * (128 if PRODUCER == 1 else w_gstride) + cols
+
+
+@triton.jit
 def _weight(w_ptr, w_gstride, cols, g, PRODUCER: tl.constexpr, DT: tl.constexpr):
-    """The producer's weight on group g as fp32 [1, 128]: add+RMSNorm's per channel, the gated RMSNorm's per head
-    (``w_gstride`` 0: one head's row for every group); none (zeros, nothing read) for the other producers."""
-    if PRODUCER == 1:
-        w = load_f32(w_ptr, g * 128 + cols, cols < 128, DT)[None, :]
-    elif PRODUCER == 5:
-        w = load_f32(w_ptr, g * w_gstride + cols, cols < 128, DT)[None, :]
+    """The producer's weight on group g as fp32 [1, 128] (:func:`_weight_offsets`); none (zeros, nothing read) for
+    the producers without one."""
+    if PRODUCER == 1 or PRODUCER == 5:
+        w = load_f32(w_ptr, _weight_offsets(w_gstride, cols, g, PRODUCER), cols < 128, DT)[None, :]
     else:
         w = tl.zeros((1, 128), tl.float32)
     return w
@@ -282,7 +287,7 @@ def _prologue_kernel(
             tables = group_tables(mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g0, K, cols, NL, BM, NW)
     elif EARLY == 2:
         if PRODUCER == 1 or PRODUCER == 5:
-            prefetch_l2(w_ptr + g0 * (128 if PRODUCER == 1 else w_gstride) + cols)
+            prefetch_l2(w_ptr + _weight_offsets(w_gstride, cols, g0, PRODUCER))
         if QUANT:
             prefetch_tables(mate_ptr, cos_ptr, sin_ptr, cs_ptr, p, g0, K, cols, NL)
     programmatic_start(WAIT)
