@@ -280,7 +280,7 @@ def test_mma2_configs(name, elem, grouped, M):
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
 @pytest.mark.parametrize("name", ["mma2n64t2s", "mma8n64t2s", "mma2t2s", "mma8t2s", "mma2n64t2so12",
                                   "mma8n64t2so12", "mma8n64t2so6", "mma2n64t2so16", "mma8n64t2so16", "wgn64t2o8",
-                                  "wgt4o4"])
+                                  "wgt4o4", "wgn64t2o8r56"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 3),
                           ("e4m3", True, 16), ("int8", False, 13), ("int8", True, 9), ("e4m3", True, 64),
@@ -288,9 +288,12 @@ def test_mma2_configs(name, elem, grouped, M):
 def test_mma2_swap_configs(name, elem, grouped, M):
     """Swap-AB (weights on the MMA's rows, tokens on its 8 columns, from the ring; M > 8 in token tiles of 8, up to
     the decode band's 64; wg*: on wgmma, one token tile of 8-64, rows past M masked) == reference at 3 splits, P = 2,
-    ragged N; past the decode band it refuses."""
+    ragged N; past the decode band it refuses. The register-capped config runs where it is meant to, M <= 16 (its
+    cap is below what wgmma's 64-token accumulator needs: ptxas refuses it there)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
+    if impl.DECODE[name]["maxnreg"] and M > 16:
+        pytest.skip(f"{name}: a register cap for M <= 16")
     P, K, N, bounds = 2, 640, 448, [0, 128, 448]  # ragged for 128-column tiles (the ring: 64-column blocks)
     A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device="cuda")
     w = prepare_codes(*weights(K, N, 4, device="cuda"), 4)
@@ -360,11 +363,12 @@ def test_mma2_fifth_bit_placement():
 
 
 MMA2_SM90 = """
-import json, re, sys
+import json, os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from radiance_kernels.ops.w4a8_gemm.mma2 import _w4a8_mma2_kernel as kernel
+from radiance_kernels.ops.w4a8_gemm.triton import DECODE
 out = []
 from triton.experimental.gluon import language as gl
 from radiance_kernels.ops.w4a8_gemm.tma_tiles import layout
@@ -372,8 +376,10 @@ VARIANTS = ((False, 2, False, 0, 0, 0, 4), (True, 0, False, 0, 0, 0, 4), (False,
             (True, 2, True, 0, 0, 0, 4), (True, 1, True, 4, 0, 1, 4), (False, 1, False, 4, 0, 0, 4),
             (True, 0, True, 2, 1, 0, 4), (False, 0, False, 2, 1, 1, 4), (False, 0, False, 2, 1, 1, 5),
             (True, 0, False, 2, 0, 0, 5), (True, 0, True, 2, 1, 0, 5), (True, 0, True, 2, 0, 1, 5))
-WG = ((False, 0, True, 2, 1, 0, 4, 16), (True, 0, True, 4, 1, 1, 4, 64))  # + the wgmma form's token tile
-for int8, pf, k8, st, swap, trigger, bits, wg in [v + (0,) for v in VARIANTS] + list(WG):
+CAP = DECODE["wgn64t2o8r56"]["maxnreg"]
+WG = ((False, 0, True, 2, 1, 0, 4, 16, None), (True, 0, True, 4, 1, 1, 4, 64, None),  # + the token tile, the cap
+      (False, 0, True, 2, 1, 1, 4, 16, CAP), (True, 0, True, 2, 1, 1, 4, 16, CAP))
+for int8, pf, k8, st, swap, trigger, bits, wg, cap in [v + (0, None) for v in VARIANTS] + list(WG):
     BM = wg or (8 if swap else 16)
     ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf,
               K8=k8, STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), TRIGGER=bool(trigger), WAIT=bool(trigger),
@@ -389,8 +395,16 @@ for int8, pf, k8, st, swap, trigger, bits, wg in [v + (0,) for v in VARIANTS] + 
     sig = {n: "constexpr" if n in ce else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
            for n in kernel.arg_names}
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 4 if wg else 2})
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 4 if wg else 2, "maxnreg": cap})
     ptx = c.asm["ptx"]
+    info = ""
+    if cap:  # what ptxas makes of the capped PTX: registers and spill bytes
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(ptx)
+        ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+        info = subprocess.run([ptxas, "--gpu-name=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                              text=True).stderr
+        os.unlink(f.name)
     head = ptx.split("atom.")[0]
     loop = head[re.search(r"\\b(wg)?mma[.]", head).start():]  # first MMA to the epilogue's atomic (rows staged before)
     wgmma = re.findall(r"wgmma[.]mma_async[.]sync[.]aligned[.](m64n\\d+k32)[.](\\w+)[.](\\w+)[.]\\w+ [{][^}]*[}], [{]",
@@ -400,7 +414,9 @@ for int8, pf, k8, st, swap, trigger, bits, wg in [v + (0,) for v in VARIANTS] + 
                     n_mma=ptx.count("mma.sync.aligned"), cvt="cvt.rn.f16x2.e4m3x2" in ptx,
                     shared=c.metadata.shared, st_loop=bool(re.search(r"st[.]shared", loop)),
                     tma=ptx.count("cp.async.bulk.tensor"), trigger=trigger, bits=bits,
-                    gdc=[ptx.count("griddepcontrol." + w) for w in ("wait", "launch_dependents")]))
+                    gdc=[ptx.count("griddepcontrol." + w) for w in ("wait", "launch_dependents")], cap=cap,
+                    regs=[int(n) for n in re.findall(r"Used (\\d+) registers", info)],
+                    spills=[int(n) for n in re.findall(r"(\\d+) bytes spill", info)]))
 print(json.dumps(out))
 """
 #: the MMA each operand kind compiles to (8-bit operands: e4m3 x e4m3 or s8 x s8, k32; else fp16, k16)
@@ -416,12 +432,15 @@ def test_mma2_compiles_for_sm90():
     atomic (no operand staging: the ring's words come by TMA, its ``[1, 16, 2, 32]`` / ``[64]`` tiles in four stages;
     the fragments' relabelling from them is register-only, else the compile fails); with TRIGGER and WAIT (set
     together where launches chain) it lets the next launch start once and waits for the one before it once. The
-    wgmma form (WG) issues wgmma with the weight codes as its register A operand and the token tile as its N."""
+    wgmma form (WG) issues wgmma with the weight codes as its register A operand and the token tile as its N; its
+    register-capped config (``wgn64t2o8r56``, for M <= 16) fits the cap at 16 tokens with no spill."""
     for r in compiled_for_sm90(MMA2_SM90):
         if r["wg"]:  # wgmma, its A operand (the weight codes) from registers, the token tile on its N; no mma.sync
             el = "s8" if r["int8"] else "e4m3"
             assert r["wgmma"] == [[f"m64n{r['wg']}k32", "s32" if r["int8"] else "f32", el]] and not r["mma"], r
             assert r["tma"] >= 3 and not r["st_loop"] and r["gdc"] == [r["trigger"], r["trigger"]], r
+            if r["cap"]:
+                assert len(r["regs"]) == 1 and r["regs"][0] <= r["cap"] and r["spills"] == [0, 0], r
             continue
         assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
         assert r["n_mma"] >= (4 if r["k8"] else 8) and not r["st_loop"], r
@@ -616,6 +635,33 @@ def test_decode_runs_gemv_by_default(monkeypatch, device):
                           call(A, AS, RS, w, [0, 256], True, "auto", "reference"))
         assert r <= REL
     assert launched == ["_w4a8_gemv_kernel", "_w4a8_kernel", "_w4a8_gemv_kernel", "_w4a8_kernel"]
+
+
+def test_register_cap_reaches_the_launch(monkeypatch, device):
+    """A config's ``maxnreg`` is passed to the launch of every decode kernel: the nib8 loop's (``nib8xpr``) and the
+    gemv / mma2 kernels', whose launch keeps only their own constexprs (the gemv kernel here, the same path)."""
+    from radiance_kernels.ops.w4a8_gemm import gemv
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    caps = []
+
+    class Spy:
+        def __init__(self, kernel):
+            self.kernel, self.arg_names = kernel, kernel.arg_names
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                caps.append(kwargs.get("maxnreg"))
+                return self.kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(gemv, "_w4a8_gemv_kernel", Spy(gemv._w4a8_gemv_kernel))
+    monkeypatch.setattr(impl, "_w4a8_kernel", Spy(impl._w4a8_kernel))
+    w = prepare_codes(*weights(256, 256, 4, device=device), 4)
+    A, AS, RS, _ = acts(1, 2, 256, "int8", True, device=device)
+    for cfg in (impl.DECODE["nib8xpr"], {**impl.DECODE["gemv_o8"], "maxnreg": 96}, impl.DECODE["gemv_o8"]):
+        impl.gemm(A, AS, RS, w, [0, 256], True, "decode", cfg=cfg)
+    assert caps == [168, 96, None]
 
 
 #: (config, bits, elem, grouped, zpe): each predeq config with both activation elements and both widths.

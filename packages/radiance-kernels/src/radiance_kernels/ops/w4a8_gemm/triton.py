@@ -572,6 +572,10 @@ DECODE |= {f"wg{n}t{ring}o{occ}": _loop(BN=bn, num_warps=bn // 16, num_stages=1,
                                         k8=True, swap=True, wg=True, ring=ring, occ=occ)
            for n, bn in (("n64", 64), ("", 128)) for ring in (2, 4) for occ in (2, 4, 8, 12, 16)
            if 4 <= occ <= 8 or (bn, ring) == (64, 2)}
+#: "wgn64t2o8r56": ``wgn64t2o8`` under a 56-register cap — what it held before session 27's split reduction (now 62
+#: at M = 16: 8 programs per SM by registers instead of 9; ptxas sm_90, Triton 3.6, no spills at the cap), the
+#: candidate for the served e4m3 M = 16 rows that slowed 2-5 % with that change (call 176).
+DECODE["wgn64t2o8r56"] = {**DECODE["wgn64t2o8"], "maxnreg": 56}
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
 #: above it the nib8 MMA loop. int8: ``dp4a`` issues at ~16 lanes / clock / SM
@@ -874,7 +878,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         tensors = (*tensors[:3], unpacked(), *tensors[4:])
     pdl = {}
     if cfg["gemv"] or cfg["mma2"]:
-        constexprs = {k: constexprs[k] for k in ("BITS", "INT8", "GROUP_AS")}
+        keep = ("BITS", "INT8", "GROUP_AS") + (("maxnreg",) if cfg["maxnreg"] else ())  # the others are nib8's
+        constexprs = {k: constexprs[k] for k in keep}
         if programmatic_launch_on(device):  # the next producer may start after the loop; this launch is the
             constexprs.update(TRIGGER=True, WAIT=True)  # dependent of the one before, scheduled as its programs exit
             pdl = {"launch_pdl": True}
