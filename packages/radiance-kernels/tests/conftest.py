@@ -39,10 +39,26 @@ def device() -> str:
     return DEVICE
 
 
+#: defined for every compile-for-sm_90 script: ``ptxas_v(ptx)``, what the bundled ptxas says of the PTX (``-v``:
+#: registers, spill bytes, its performance warnings)
+SM90_PRELUDE = """
+def ptxas_v(ptx):
+    import os, subprocess, tempfile
+    import triton
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    info = subprocess.run([ptxas, "--gpu-name=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                          text=True).stderr
+    os.unlink(f.name)
+    return info
+"""
+
+
 def compiled_for_sm90(script: str) -> list[dict]:
-    """Run a compile-for-sm_90 ``script`` in a clean process (the interpreter's patches of the language break
-    compilation in this one; no GPU needed) and return the JSON list it prints last; skips without a bundled
-    ptxas."""
+    """Run a compile-for-sm_90 ``script`` (after :data:`SM90_PRELUDE`) in a clean process (the interpreter's patches
+    of the language break compilation in this one; no GPU needed) and return the JSON list it prints last; skips
+    without a bundled ptxas."""
     import json
     import subprocess
     import sys
@@ -52,6 +68,7 @@ def compiled_for_sm90(script: str) -> list[dict]:
     if not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
         pytest.skip("this Triton has no bundled ptxas")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-c", SM90_PRELUDE + script], env=env, capture_output=True, text=True,
+                         timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout.splitlines()[-1])

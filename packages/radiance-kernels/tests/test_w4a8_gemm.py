@@ -363,7 +363,7 @@ def test_mma2_fifth_bit_placement():
 
 
 MMA2_SM90 = """
-import json, os, re, subprocess, sys, tempfile
+import json, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
@@ -397,14 +397,7 @@ for int8, pf, k8, st, swap, trigger, bits, wg, cap in [v + (0, None) for v in VA
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4 if wg else 2, "maxnreg": cap})
     ptx = c.asm["ptx"]
-    info = ""
-    if cap:  # what ptxas makes of the capped PTX: registers and spill bytes
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(ptx)
-        ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-        info = subprocess.run([ptxas, "--gpu-name=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
-                              text=True).stderr
-        os.unlink(f.name)
+    info = ptxas_v(ptx) if cap else ""  # what ptxas makes of the capped PTX: registers and spill bytes
     head = ptx.split("atom.")[0]
     loop = head[re.search(r"\\b(wg)?mma[.]", head).start():]  # first MMA to the epilogue's atomic (rows staged before)
     wgmma = re.findall(r"wgmma[.]mma_async[.]sync[.]aligned[.](m64n\\d+k32)[.](\\w+)[.](\\w+)[.]\\w+ [{][^}]*[}], [{]",
@@ -455,7 +448,7 @@ def test_mma2_compiles_for_sm90():
 
 
 WGMMA_SM90 = """
-import json, os, re, subprocess, tempfile
+import json, re
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
@@ -480,12 +473,7 @@ for int8, grouped, BM, nw, ws in ((True, True, 128, 8, False), (False, False, 64
     c = triton.compile(GluonASTSource(fn=kernel, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
                        options=opts)
     ptx = c.asm["ptx"]
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx)
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    info = subprocess.run([ptxas, "--gpu-name=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
-                          text=True).stderr
-    os.unlink(f.name)
+    info = ptxas_v(ptx)
     out.append(dict(int8=int8, ws=ws, serialized=[l for l in info.splitlines() if "serialized" in l],
                     wgmma=sorted(set(re.findall(r"wgmma[.]mma_async[.]sync[.]aligned[.]([.\\w]+)", ptx))),
                     waits=sorted(set(re.findall(r"wgmma[.]wait_group[.]sync[.]aligned (\\d+)", ptx))),
