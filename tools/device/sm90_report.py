@@ -1,7 +1,8 @@
 """Compile the W4A8 / MXFP4 GEMM tile variants for sm_90 without a GPU and report what ptxas says.
 
 ``python tools/device/sm90_report.py [decode|prefill ...]`` (TRITON_INTERPRET unset). Per variant: registers,
-spill bytes, stack, shared memory, and the SASS of the group loop (the longest loop): instructions per
+spill bytes, stack, shared memory, how many of its programs an SM holds (:func:`programs_per_sm`: compare with a
+config's ``occ``), and the SASS of the group loop (the longest loop): instructions per
 iteration and warp-instructions per weight — with 4 schedulers per SM issuing one each per cycle, the
 issue floor of a GEMM is ``N*K * that / (4 * 132 * clock)``; ptxas's "Potential Performance Loss" codes (C7514: wgmma
 serialised, session 22); the MMA kind in the PTX (wgmma with the A
@@ -80,6 +81,15 @@ def ptxas_report(ptx: str) -> dict:
     return {"regs": num(r"Used (\d+) registers"), "spill_st": num(r"(\d+) bytes spill stores"),
             "spill_ld": num(r"(\d+) bytes spill loads"), "stack": num(r"(\d+) bytes stack frame"),
             "losses": re.findall(r"\((C\d+)\) Potential Performance Loss", err)}
+
+
+def programs_per_sm(regs: int, smem: int, num_warps: int) -> int:
+    """How many programs of a launch an H100 / H200 SM holds at once: its 64 K registers (allocated per warp in
+    units of 256, i.e. a thread's count rounded up to 8), 228 KB of shared memory (1 KB reserved per program), 64
+    warps, 32 programs. A config whose ``occ`` sizes the grid for more runs a second wave."""
+    by_regs = 65536 // (num_warps * 32 * (-(-regs // 8) * 8))
+    by_smem = 228 * 1024 // (smem + 1024)
+    return min(by_regs, by_smem, 64 // num_warps, 32)
 
 
 def loop_sass(cubin: bytes) -> tuple[int, Counter]:
@@ -205,8 +215,10 @@ def main(argv: list[str]) -> int:
             rep = ptxas_report(c.asm["ptx"])
             n, hist = loop_sass(c.asm["cubin"])
             top = " ".join(f"{k}:{v}" for k, v in hist.most_common(8))
+            fit = programs_per_sm(rep["regs"], c.metadata.shared, opts["num_warps"])
             print(f"{name:44s} {mma_kind(c.asm['ptx']):28s} regs {rep['regs']:3d} "
                   f"spill {rep['spill_st']}/{rep['spill_ld']} B stack {rep['stack']} smem {c.metadata.shared} "
+                  f"{fit}/SM "
                   f"{' '.join(rep['losses'])} | loop {n} instr, {n * opts['num_warps'] / weights:.3f} "
                   f"warp-instr/weight | {top}", flush=True)
     return 0

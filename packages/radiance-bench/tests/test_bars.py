@@ -76,6 +76,21 @@ def test_stack_pairs_each_width_with_its_own_bf16_pass():
     assert [r["measured"] for r in out if r["bar"] == "peer"] == [2.0, 1.5]
 
 
+def test_stack_against_the_copy_limit_too():
+    """A stack row with its weight bytes also gets the issue's literal limit, weight bytes / copy bandwidth, as a bar
+    of its own beside the stricter one (the faster of copy and read); rows without weight bytes (older runs) only
+    the stricter."""
+    rows = [{"section": "stack", "kernel": "64-layer served int4", "M": 8, "vs_limit": 2.0, "best_us": 10.0,
+             "weight_bytes": 16e6},  # copy 2 TB/s: 8 us; read 4 TB/s: 4 us (vs_limit as the bench wrote it)
+            {"section": "stack", "kernel": "64-layer served int5", "M": 8, "vs_limit": 2.0, "best_us": 10.0}]
+    out = bars.check(run(rows), "x.json")
+    strict = [r for r in out if r["bar"] == "stack"]
+    loose = [r for r in out if r["bar"] == "stack (copy BW)"]
+    assert [r["measured"] for r in strict] == [2.0, 2.0] and not any(r["met"] for r in strict)
+    assert len(loose) == 1 and loose[0]["measured"] == pytest.approx(1.25) and loose[0]["met"]
+    assert loose[0]["item"] == "64-layer served int4 M=8, × weight bytes / copy bandwidth"
+
+
 def test_skinny_rows_pair_by_width():
     """in_proj_ba at TP = 1 and 2 (N = 96, 48): each skinny row against cuBLAS at its own N and M."""
     rows = [{"section": "skinny", "kernel": k, "M": 8, "N": n, "best_us": t}

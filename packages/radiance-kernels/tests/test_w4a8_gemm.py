@@ -252,7 +252,8 @@ def test_split_partials_compile_fullgraph(dynamic, device):
 
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
 @pytest.mark.parametrize("name", ["mma2", "mma2p", "mma2n64p", "mma2p2", "mma8p", "mma8n64p", "mma8p:pf0", "mma8p:pf2",
-                                  "mma2t", "mma8n64t", "mma8n64t2", "mma2n64t2o12", "mma2t2b32", "mma8n64t2b64"])
+                                  "mma2t", "mma8n64t", "mma8n64t2", "mma2n64t2o12", "mma2t2b32", "mma8n64t2b64",
+                                  "mma2n64t2o12r80"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 16), ("int8", False, 5),
                           ("int8", True, 40)])
@@ -280,7 +281,7 @@ def test_mma2_configs(name, elem, grouped, M):
 @pytest.mark.skipif(not GPU_CUDA, reason="Gluon mma.sync kernel: NVIDIA GPUs only (the Triton nib8 loop is its twin)")
 @pytest.mark.parametrize("name", ["mma2n64t2s", "mma8n64t2s", "mma2t2s", "mma8t2s", "mma2n64t2so12",
                                   "mma8n64t2so12", "mma8n64t2so6", "mma2n64t2so16", "mma8n64t2so16", "wgn64t2o8",
-                                  "wgt4o4", "wgn64t2o8r56"])
+                                  "wgt4o4", "wgn64t2o8r56", "mma2n64t2so16r64", "mma8n64t2so16r64"])
 @pytest.mark.parametrize("elem,grouped,M",
                          [("e4m3", True, 1), ("int8", True, 8), ("e4m3", False, 5), ("int8", False, 3),
                           ("e4m3", True, 16), ("int8", False, 13), ("int8", True, 9), ("e4m3", True, 64),
@@ -288,11 +289,11 @@ def test_mma2_configs(name, elem, grouped, M):
 def test_mma2_swap_configs(name, elem, grouped, M):
     """Swap-AB (weights on the MMA's rows, tokens on its 8 columns, from the ring; M > 8 in token tiles of 8, up to
     the decode band's 64; wg*: on wgmma, one token tile of 8-64, rows past M masked) == reference at 3 splits, P = 2,
-    ragged N; past the decode band it refuses. The register-capped config runs where it is meant to, M <= 16 (its
-    cap is below what wgmma's 64-token accumulator needs: ptxas refuses it there)."""
+    ragged N; past the decode band it refuses. The register-capped configs too, the wgmma one where it is meant to
+    run, M <= 16 (its cap is below what the 64-token accumulator needs: ptxas refuses it there)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    if impl.DECODE[name]["maxnreg"] and M > 16:
+    if impl.DECODE[name]["maxnreg"] and impl.DECODE[name]["wg"] and M > 16:
         pytest.skip(f"{name}: a register cap for M <= 16")
     P, K, N, bounds = 2, 640, 448, [0, 128, 448]  # ragged for 128-column tiles (the ring: 64-column blocks)
     A, AS, RS, _ = acts(P, M, K, elem, grouped, seed=M, device="cuda")
@@ -376,10 +377,14 @@ VARIANTS = ((False, 2, False, 0, 0, 0, 4), (True, 0, False, 0, 0, 0, 4), (False,
             (True, 2, True, 0, 0, 0, 4), (True, 1, True, 4, 0, 1, 4), (False, 1, False, 4, 0, 0, 4),
             (True, 0, True, 2, 1, 0, 4), (False, 0, False, 2, 1, 1, 4), (False, 0, False, 2, 1, 1, 5),
             (True, 0, False, 2, 0, 0, 5), (True, 0, True, 2, 1, 0, 5), (True, 0, True, 2, 0, 1, 5))
-CAP = DECODE["wgn64t2o8r56"]["maxnreg"]
-WG = ((False, 0, True, 2, 1, 0, 4, 16, None), (True, 0, True, 4, 1, 1, 4, 64, None),  # + the token tile, the cap
-      (False, 0, True, 2, 1, 1, 4, 16, CAP), (True, 0, True, 2, 1, 1, 4, 16, CAP))
-for int8, pf, k8, st, swap, trigger, bits, wg, cap in [v + (0, None) for v in VARIANTS] + list(WG):
+WG = ((False, 0, True, 2, 1, 0, 4, 16), (True, 0, True, 4, 1, 1, 4, 64))  # + the wgmma form's token tile
+CAP = {n: DECODE[n]["maxnreg"] for n in ("mma2n64t2so16r64", "mma8n64t2so16r64", "mma2n64t2o12r80", "wgn64t2o8r56")}
+CAPPED = ((False, 0, False, 2, 1, 1, 4, 0, CAP["mma2n64t2so16r64"]),  # + the register cap of the named config
+          (True, 0, True, 2, 1, 1, 4, 0, CAP["mma8n64t2so16r64"]),
+          (False, 0, False, 2, 0, 1, 4, 0, CAP["mma2n64t2o12r80"]),
+          (False, 0, True, 2, 1, 1, 4, 16, CAP["wgn64t2o8r56"]), (True, 0, True, 2, 1, 1, 4, 16, CAP["wgn64t2o8r56"]))
+for int8, pf, k8, st, swap, trigger, bits, wg, cap in ([v + (0, None) for v in VARIANTS] + [v + (None,) for v in WG]
+                                                       + list(CAPPED)):
     BM = wg or (8 if swap else 16)
     ce = dict(BITS=bits, INT8=int8, GROUP_AS=True, SPLIT=2, RW=4, HW=True, BM=BM, BN=64, BK=128, PF=0 if st else pf,
               K8=k8, STAGES=st, GPS=16, ABLATE=0, SWAP=bool(swap), TRIGGER=bool(trigger), WAIT=bool(trigger),
@@ -425,15 +430,16 @@ def test_mma2_compiles_for_sm90():
     atomic (no operand staging: the ring's words come by TMA, its ``[1, 16, 2, 32]`` / ``[64]`` tiles in four stages;
     the fragments' relabelling from them is register-only, else the compile fails); with TRIGGER and WAIT (set
     together where launches chain) it lets the next launch start once and waits for the one before it once. The
-    wgmma form (WG) issues wgmma with the weight codes as its register A operand and the token tile as its N; its
-    register-capped config (``wgn64t2o8r56``, for M <= 16) fits the cap at 16 tokens with no spill."""
+    wgmma form (WG) issues wgmma with the weight codes as its register A operand and the token tile as its N. The
+    register-capped configs (``REGISTER_CAPS``, int4) fit their caps — the wgmma one at 16 tokens — spilling at most
+    8 bytes."""
     for r in compiled_for_sm90(MMA2_SM90):
+        if r["cap"]:
+            assert len(r["regs"]) == 1 and r["regs"][0] <= r["cap"] and max(r["spills"]) <= 8, r
         if r["wg"]:  # wgmma, its A operand (the weight codes) from registers, the token tile on its N; no mma.sync
             el = "s8" if r["int8"] else "e4m3"
             assert r["wgmma"] == [[f"m64n{r['wg']}k32", "s32" if r["int8"] else "f32", el]] and not r["mma"], r
             assert r["tma"] >= 3 and not r["st_loop"] and r["gdc"] == [r["trigger"], r["trigger"]], r
-            if r["cap"]:
-                assert len(r["regs"]) == 1 and r["regs"][0] <= r["cap"] and r["spills"] == [0, 0], r
             continue
         assert r["mma"] == [MMA2_KINDS[r["int8"], r["k8"]]], r
         assert r["n_mma"] >= (4 if r["k8"] else 8) and not r["st_loop"], r

@@ -572,10 +572,16 @@ DECODE |= {f"wg{n}t{ring}o{occ}": _loop(BN=bn, num_warps=bn // 16, num_stages=1,
                                         k8=True, swap=True, wg=True, ring=ring, occ=occ)
            for n, bn in (("n64", 64), ("", 128)) for ring in (2, 4) for occ in (2, 4, 8, 12, 16)
            if 4 <= occ <= 8 or (bn, ring) == (64, 2)}
-#: "wgn64t2o8r56": ``wgn64t2o8`` under a 56-register cap — what it held before session 27's split reduction (now 62
-#: at M = 16: 8 programs per SM by registers instead of 9; ptxas sm_90, Triton 3.6, no spills at the cap), the
-#: candidate for the served e4m3 M = 16 rows that slowed 2-5 % with that change (call 176).
-DECODE["wgn64t2o8r56"] = {**DECODE["wgn64t2o8"], "maxnreg": 56}
+#: "*r{cap}": a served pick under a ptxas register cap (``maxnreg``) so that the programs its ``occ`` sizes the grid
+#: for fit an SM's 64 K registers at once (ptxas sm_90, Triton 3.6, int4; ``tools/device/sm90_report.py`` prints the
+#: fit). Uncapped, ``mma2n64t2so16`` / ``mma8n64t2so16`` hold 68-72 registers: 14 programs fit, not 16, and the grid
+#: runs a second wave of 264; at 64, 16 fit (e4m3: 4 bytes spilled outside the group loop, 332 loop instructions
+#: against 342). ``mma2n64t2o12`` holds 94: 10 fit, not 12; at 80, 12 (no spill, 425 against 439). ``wgn64t2o8`` at
+#: M = 16 holds 61: its 8 programs take the whole register file, none left for a programmatic-dependent producer
+#: beside its tail; at 56 (what it held before session 27's split reduction, when the e4m3 M = 16 linears were 2-5 %
+#: faster, call 176) a producer warp fits, no spills — M <= 16 only: ptxas refuses the cap for 64 tokens.
+REGISTER_CAPS = {"mma2n64t2so16": 64, "mma8n64t2so16": 64, "mma2n64t2o12": 80, "wgn64t2o8": 56}
+DECODE |= {f"{name}r{cap}": {**DECODE[name], "maxnreg": cap} for name, cap in REGISTER_CAPS.items()}
 #: Both activation elements at M <= GEMV_MAX_M run the CUDA-core kernel (:mod:`.gemv`) by default (a GPU's tuned
 #: table decides per shape and width; e4m3 since H200 call 30: gemv_o8 beat the MMA loop at M = 1 on every shape),
 #: above it the nib8 MMA loop. int8: ``dp4a`` issues at ~16 lanes / clock / SM
