@@ -12,6 +12,7 @@ import sys
 
 from gates.core import Row, fmt
 from gates.serve import tiny_model
+from radiance_kernels.ops.w4a8_gemm import DECODE_MAX_M
 from radiance_vllm.served_checks import PROMPTS, format_report, sequential_texts, stream_concurrently
 from radiance_vllm.served_formats import BAD_PAIRS_MESSAGE, FORMATS, corrupt_pairs
 from radiance_vllm.server import VLLMServer
@@ -37,18 +38,23 @@ def format_rows(ctx, name: str) -> list[Row]:
     spec = FORMATS[name]
     served_dir, ref_dir = checkpoint(ctx, name)
     with server_for(ctx, served_dir, name, spec.env, spec.launcher) as server:
-        rep = format_report(server, ref_dir, spec.act)
+        rep = format_report(server, ref_dir, spec.act, prompts=spec.prompts)
         rows = [
             Row(f"serve_quant {name}: server healthy" + (" (radiance serve)" if spec.launcher else ""),
                 f"{server.startup_seconds:.0f} s", "healthy", True),
             Row(f"serve_quant {name}: greedy == simulated reference",
-                f"{sum(rep['greedy_equal'])}/{len(PROMPTS)} prompts",
+                f"{sum(rep['greedy_equal'])}/{len(rep['greedy_equal'])} prompts",
                 "all, token for token", all(rep["greedy_equal"])),
             Row(f"serve_quant {name}: prompt KL vs reference",
                 f"{fmt(rep['kl_served'])} (act-quant KL {fmt(rep['kl_act'])})",
                 f"< min({KL_BAR:g}, {ACT_FRACTION:g} x act-quant KL)",
                 rep["kl_served"] < min(KL_BAR, ACT_FRACTION * rep["kl_act"])),
         ]
+        if len(spec.act) > 2:  # a decode-band element: some prompt must be prefilled past the band, in the other
+            longest = max(rep["prompt_tokens"])
+            rows.append(Row(f"serve_quant {name}: a prompt past the decode band (prefill {spec.act[0]}, decode "
+                            f"{spec.act[2]})", f"{longest} prompt tokens", f"> {DECODE_MAX_M}",
+                            longest > DECODE_MAX_M))
         log = server.log_path.read_text()
         printed = log.count("[radiance] kernel backend: ")
         rows.append(Row(f"serve_quant {name}: backend chosen explicitly, printed once", f"printed {printed}x",

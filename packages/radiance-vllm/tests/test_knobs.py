@@ -29,7 +29,8 @@ def test_unknown_knob_raises():
 
 def test_compile_key_covers_exactly_the_compiled_knobs():
     for k in KNOBS:
-        raw = {"checkall_tol": "0.5", "checkall_chunk": "7", "nvfp4_exp": "ocp", "nvfp4_bf16_layers": "x"}.get(k.field)
+        raw = {"checkall_tol": "0.5", "checkall_chunk": "7", "nvfp4_exp": "ocp", "nvfp4_bf16_layers": "x",
+               "pq_decode_act": "int8"}.get(k.field)
         if raw is None:
             flip = "0" if k.default else "1"  # a bool knob set to what it is not by default
             raw = flip if isinstance(k.default, bool) else next(v for v in k.parse.allowed if v != k.default)
@@ -44,6 +45,28 @@ def test_stream_defer_needs_the_producers():
         Settings.from_env({"RADIANCE_STREAM_DEFER": "0"})
     assert not Settings.from_env({"RADIANCE_STREAM": "1", "RADIANCE_STREAM_DEFER": "0"}).stream_defer
     assert Settings.from_env({"RADIANCE_STREAM": "1"}).stream_defer
+
+
+def test_decode_act_must_change_something():
+    """RADIANCE_PQ_DECODE_ACT naming RADIANCE_PQ_ACT's own element would act on nothing: refused, named."""
+    for env in ({"RADIANCE_PQ_DECODE_ACT": "e4m3"}, {"RADIANCE_PQ_ACT": "int8", "RADIANCE_PQ_DECODE_ACT": "int8"}):
+        with pytest.raises(KnobError, match="RADIANCE_PQ_DECODE_ACT=.* is RADIANCE_PQ_ACT's element"):
+            Settings.from_env(env)
+    s = Settings.from_env({"RADIANCE_PQ_ACT": "int8", "RADIANCE_PQ_DECODE_ACT": "e4m3"})
+    assert (s.pq_act, s.pq_decode_act) == ("int8", "e4m3")
+    assert Settings.from_env({"RADIANCE_PQ_DECODE_ACT": "same"}).pq_decode_act == "same"
+
+
+def test_act_element_by_rows(monkeypatch):
+    """The element of a call: RADIANCE_PQ_DECODE_ACT up to the decode band's last row count, RADIANCE_PQ_ACT past
+    it and wherever the decode knob is unset."""
+    from radiance_vllm import kernel_calls, knobs
+
+    band = kernel_calls.DECODE_MAX_M
+    monkeypatch.setattr(knobs, "_SETTINGS", Settings.from_env({"RADIANCE_PQ_DECODE_ACT": "int8"}))
+    assert [kernel_calls.act_element(m) for m in (1, band, band + 1, 4096)] == ["int8", "int8", "e4m3", "e4m3"]
+    monkeypatch.setattr(knobs, "_SETTINGS", Settings.from_env({"RADIANCE_PQ_ACT": "int8"}))
+    assert {kernel_calls.act_element(m) for m in (1, band + 1)} == {"int8"}
 
 
 def test_as_env_round_trips():

@@ -19,11 +19,21 @@ from radiance_kernels.ops.mxfp4_gemm import prepare as _prepare_mxfp4  # noqa: E
 from radiance_kernels.ops.stream.reference import activation as _activation  # noqa: E402
 from radiance_kernels.ops.w4a8_gemm import DECODE_MAX_M  # noqa: E402
 from radiance_kernels.ops.w4a8_gemm import prepare as _prepare_w4a8  # noqa: E402
+from radiance_vllm.knobs import settings  # noqa: E402
 
 
 def prepare_w4a8(qweight, qzeros, scales, qweight_hi=None, qzeros_hi=None):
     """AWQ checkpoint tensors → the w4a8 kernel's weight layout (once per layer, at load)."""
     return _prepare_w4a8(qweight, qzeros, scales, qweight_hi, qzeros_hi)
+
+
+def act_element(rows: int) -> str:
+    """The paroquant activation element of a call on ``rows`` tokens: ``RADIANCE_PQ_DECODE_ACT`` where set and the
+    call is in the decode band (``rows <= DECODE_MAX_M``), else ``RADIANCE_PQ_ACT``. Chosen per call from its row
+    count, so a request's prefill and its decode steps may quantize with different elements, and a decode token
+    batched with a long prefill chunk takes the prefill's."""
+    s = settings()
+    return s.pq_decode_act if s.pq_decode_act != "same" and rows <= DECODE_MAX_M else s.pq_act
 
 
 def rotate_quant(x: torch.Tensor, pairs, theta, scales, elem: str, granularity: str, backend: str):

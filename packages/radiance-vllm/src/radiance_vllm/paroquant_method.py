@@ -70,7 +70,7 @@ class ParoQuantLinearMethod(LinearMethodBase):
         x2 = x.reshape(-1, x.shape[-1])
         handed = stream.take(layer, x2) if s.stream else None
         A, AS, RS = handed or kernel_calls.rotate_quant(x2, layer.rot_pairs, layer.rot_theta, layer.rot_scales,
-                                                        s.pq_act, s.pq_scales, backend)
+                                                        kernel_calls.act_element(x2.shape[0]), s.pq_scales, backend)
         producer = getattr(layer, "radiance_defer_to", None)
         if producer is not None and bias is None and x.dtype == torch.bfloat16 and \
                 x2.shape[0] <= kernel_calls.PARTIALS_MAX_M:  # the producer reading y sums the split partials

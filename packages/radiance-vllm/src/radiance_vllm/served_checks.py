@@ -123,21 +123,24 @@ PROMPTS = [
 ]
 
 
-def format_report(server: VLLMServer, model_dir, act: tuple[str, str] | None, max_tokens: int = 24,
-                  dtype: torch.dtype = torch.float32) -> dict:
-    """Greedy token equality and prompt KL of ``server`` against the simulated reference of ``model_dir``.
+def format_report(server: VLLMServer, model_dir, act: tuple[str, ...] | None, max_tokens: int = 24,
+                  dtype: torch.dtype = torch.float32, prompts: tuple[str, ...] = ()) -> dict:
+    """Greedy token equality and prompt KL of ``server`` against the simulated reference of ``model_dir``, over
+    :data:`PROMPTS` and ``prompts``.
 
     ``kl_served`` is KL(reference ‖ served); ``kl_act`` is KL(weight-only reference ‖ reference), the
-    activation quantization's own effect, which the served error must stay far below.
+    activation quantization's own effect, which the served error must stay far below; ``prompt_tokens``: each
+    prompt's token count.
     """
     from radiance_vllm.sim_reference import load_reference
 
     ref = load_reference(model_dir, act, dtype)
     weight_only = load_reference(model_dir, None, dtype) if act else ref
     vocab = ref.config.vocab_size
-    greedy_equal, first_diff, kls, kl_acts = [], [], [], []
-    for prompt in PROMPTS:
+    greedy_equal, first_diff, kls, kl_acts, lengths = [], [], [], [], []
+    for prompt in (*PROMPTS, *prompts):
         ids, served_tokens = greedy(server, prompt, max_tokens)
+        lengths.append(len(ids))
         ref_tokens = reference_greedy(ref, ids, max_tokens)
         greedy_equal.append(served_tokens == ref_tokens)
         pairs = enumerate(zip(served_tokens, ref_tokens, strict=False))
@@ -147,4 +150,4 @@ def format_report(server: VLLMServer, model_dir, act: tuple[str, str] | None, ma
         kls.append(kl(lp_ref, prompt_logprobs(server, full, vocab)))
         kl_acts.append(kl(reference_logprobs(weight_only, full), lp_ref))
     return {"greedy_equal": greedy_equal, "first_diff": first_diff, "kl_served": max(kls),
-            "kl_act": sum(kl_acts) / len(kl_acts)}
+            "kl_act": sum(kl_acts) / len(kl_acts), "prompt_tokens": lengths}

@@ -16,6 +16,13 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
+#: a prompt past the decode band (more than 64 tokens of the tiny tokenizer): prefilled in RADIANCE_PQ_ACT's
+#: element where RADIANCE_PQ_DECODE_ACT names another for the decode steps
+LONG_PROMPT = ("The mill stood at the bend of the river, where the water slowed and turned brown with the clay "
+               "of the banks. Every morning the miller opened the sluice, counted the sacks the farmers had left "
+               "by the door, and wrote their names in a ledger that was older than he was. In the spring of the "
+               "flood year the ledger")
+
 
 def _rotated(fmt: str) -> Callable[[Path, Path], tuple[Path, Path]]:
     def build(base: Path, out: Path) -> tuple[Path, Path]:
@@ -45,10 +52,13 @@ def _nvfp4_offline(base: Path, out: Path) -> tuple[Path, Path]:
 @dataclass(frozen=True)
 class ServedFormat:
     build: Callable[[Path, Path], tuple[Path, Path]]
-    act: tuple[str, str]
+    #: (element, granularity[, decode-band element]): what the reference simulates (:mod:`.sim_reference`)
+    act: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     #: started through ``radiance serve`` instead of vLLM's module directly
     launcher: bool = False
+    #: prompts checked beside ``served_checks.PROMPTS``
+    prompts: tuple[str, ...] = ()
 
 
 FORMATS = {
@@ -56,6 +66,9 @@ FORMATS = {
     "int5-i8-ptok-zpe-stream": ServedFormat(_rotated("int5"), ("int8", "token"),
                                             {"RADIANCE_PQ_ACT": "int8", "RADIANCE_PQ_SCALES": "token",
                                              "RADIANCE_PQ_ZPE": "1", "RADIANCE_STREAM": "1"}),
+    "int4-i8-decode-stream": ServedFormat(_rotated("int4"), ("e4m3", "group", "int8"),
+                                          {"RADIANCE_PQ_DECODE_ACT": "int8", "RADIANCE_STREAM": "1"},
+                                          prompts=(LONG_PROMPT,)),
     "mxfp4-paro": ServedFormat(_rotated("mxfp4"), ("e4m3", "token"), launcher=True),
     "nvfp4-to-mxfp4": ServedFormat(_nvfp4, ("e4m3", "token"), {"RADIANCE_NVFP4_MXFP4": "1"}),
     "radiance-mxfp4-offline": ServedFormat(_nvfp4_offline, ("e4m3", "token")),

@@ -4,7 +4,10 @@ the served activation quantization simulated from the format specs (no radiance 
 Each quantized linear computes ``y = bf16(Q(rotate(x)) · dequant(W)ᵀ)`` where rotate is
 ``formats.rotation.rotate`` and Q quantizes per token or per 128-group to e4m3 / int8 with
 ``scale = amax · fp32(1/QMAX)`` (e4m3 via ``formats.e4m3``), then dequantizes; the GEMM output is rounded
-to bf16 as the kernels' output is. ``act=None`` simulates no activation quantization (weight-only).
+to bf16 as the kernels' output is. ``act`` is ``(element, granularity)``, or ``(element, granularity,
+decode element)`` for ``RADIANCE_PQ_DECODE_ACT``: a call on at most ``DECODE_MAX_M`` rows quantizes to the decode
+element (the plugin chooses per call by its row count the same way); ``act=None`` simulates no activation
+quantization (weight-only).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def fake_quant(x: torch.Tensor, elem: str, granularity: str) -> torch.Tensor:
 
 
 class SimLinear(torch.nn.Module):
-    def __init__(self, weight: torch.Tensor, rotation, act: tuple[str, str] | None, bias=None):
+    def __init__(self, weight: torch.Tensor, rotation, act: tuple[str, ...] | None, bias=None):
         super().__init__()
         self.weight64 = weight.to(torch.float64)  # [N, K] dequantized
         self.rotation = rotation
@@ -44,11 +47,19 @@ class SimLinear(torch.nn.Module):
 
         x2 = x.reshape(-1, x.shape[-1])
         xr = rotate(x2, *self.rotation) if self.rotation is not None else x2.to(torch.float32)
-        xq = fake_quant(xr, *self.act) if self.act else xr.to(torch.float64)
+        xq = fake_quant(xr, *_element(self.act, x2.shape[0])) if self.act else xr.to(torch.float64)
         y = (xq @ self.weight64.T).to(torch.bfloat16).to(x.dtype)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], -1)
+
+
+def _element(act: tuple[str, ...], rows: int) -> tuple[str, str]:
+    """(element, granularity) of a call on ``rows`` tokens."""
+    from radiance_kernels.ops.w4a8_gemm import DECODE_MAX_M
+
+    elem, granularity, *decode = act
+    return (decode[0] if decode and rows <= DECODE_MAX_M else elem), granularity
 
 
 def dequantized_linears(model_dir: Path) -> dict[str, tuple[torch.Tensor, tuple | None]]:
@@ -78,7 +89,7 @@ def dequantized_linears(model_dir: Path) -> dict[str, tuple[torch.Tensor, tuple 
     return out
 
 
-def load_reference(model_dir: Path, act: tuple[str, str] | None, dtype: torch.dtype = torch.float32):
+def load_reference(model_dir: Path, act: tuple[str, ...] | None, dtype: torch.dtype = torch.float32):
     """A transformers causal LM of ``model_dir`` whose quantized linears are :class:`SimLinear`."""
     from transformers import AutoConfig, AutoModelForCausalLM
 

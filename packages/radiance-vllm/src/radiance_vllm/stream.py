@@ -48,6 +48,7 @@ from types import MethodType
 import torch
 
 from radiance_vllm.backend import kernel_backend
+from radiance_vllm.kernel_calls import act_element
 from radiance_vllm.knobs import settings
 
 
@@ -124,7 +125,7 @@ class StreamRMSNorm(torch.nn.Module):
         x2 = take_partials(self, x2)
         hs, res, A, AS, RS = torch.ops.radiance.add_rms_norm_rotate_quant(
             x2, res, self.norm.weight.data, self.norm.variance_epsilon, self.gemma, *_records(self.consumer),
-            s.pq_act, s.pq_scales, kernel_backend())
+            act_element(x2.shape[0]), s.pq_scales, kernel_backend())
         _hand_over(self.consumer, hs, A, AS, RS)
         return hs if residual is None else (hs, res.reshape(shape))
 
@@ -143,7 +144,7 @@ class StreamSiluMul(torch.nn.Module):
         parts = take_partials(self, g)
         gate, up = parts[..., :d], parts[..., d:]
         A, AS, RS = torch.ops.radiance.gated_rotate_quant("silu_mul", up, gate, None, 0.0, *_records(self.consumer),
-                                                          s.pq_act, s.pq_scales, kernel_backend())
+                                                          act_element(g.shape[0]), s.pq_scales, kernel_backend())
         token = gate_up.new_empty(g.shape[0], d)  # identity token only: down_proj reads (A, AS, RS)
         _hand_over(self.consumer, token, A, AS, RS)
         return token.reshape(*gate_up.shape[:-1], d)
@@ -161,8 +162,8 @@ class StreamGatedRMSNorm(torch.nn.Module):
         s = settings()
         x2, z2 = x.reshape(x.shape[0], -1), z.reshape(z.shape[0], -1)
         A, AS, RS = torch.ops.radiance.gated_rotate_quant("gated_rms_norm", x2, z2, self.norm.weight.data,
-                                                          self.norm.eps, *_records(self.consumer), s.pq_act,
-                                                          s.pq_scales, kernel_backend())
+                                                          self.norm.eps, *_records(self.consumer),
+                                                          act_element(x2.shape[0]), s.pq_scales, kernel_backend())
         token = x.new_empty(x2.shape)  # identity token only: the output projection reads (A, AS, RS)
         _hand_over(self.consumer, token, A, AS, RS)
         return token.view(x.shape)
@@ -180,7 +181,7 @@ class StreamOutputGate(torch.nn.Module):
         s = settings()
         x2, g2 = x.reshape(-1, x.shape[-1]), gate.reshape(-1, gate.shape[-1])
         A, AS, RS = torch.ops.radiance.gated_rotate_quant("sigmoid_gate", x2, g2, None, 0.0, *_records(self.consumer),
-                                                          s.pq_act, s.pq_scales, kernel_backend())
+                                                          act_element(x2.shape[0]), s.pq_scales, kernel_backend())
         token = x.new_empty(x2.shape)  # identity token only: o_proj reads (A, AS, RS)
         _hand_over(self.consumer, token, A, AS, RS)
         return token.view(x.shape)
