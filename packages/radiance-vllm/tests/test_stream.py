@@ -226,6 +226,30 @@ def test_gated_norm_producer_hands_out_proj_its_flattened_input(vllm_config):
     assert all(a.equal(b) for a, b in zip((A, AS, RS), want, strict=True))
 
 
+def test_producer_quantizes_to_the_decode_element_in_the_band(vllm_config, monkeypatch):
+    """With RADIANCE_PQ_DECODE_ACT=int8 a producer quantizes a call of at most DECODE_MAX_M rows to int8 and a longer
+    one to RADIANCE_PQ_ACT's e4m3, each equal to the chain's rotate_quant in that element."""
+    import radiance_kernels.ops.stream  # noqa: F401
+    from radiance_kernels.formats.rotation import random_rotation
+    from radiance_vllm import kernel_calls, knobs
+
+    monkeypatch.setattr(knobs, "_SETTINGS", knobs.Settings.from_env({"RADIANCE_PQ_DECODE_ACT": "int8"}))
+    pairs, theta, cs = random_rotation(256, 8, seed=1)
+    out_proj = torch.nn.Module()
+    out_proj.prefix, out_proj.rot_bounds_list = "model.layers.0.linear_attn.out_proj", [0, 128]
+    out_proj.rot_pairs, out_proj.rot_theta, out_proj.rot_scales = pairs[None], theta[None], cs
+    producer = stream.StreamGatedRMSNorm(_gated_norm().to(torch.bfloat16), out_proj)
+    g = torch.Generator().manual_seed(3)
+    band = kernel_calls.DECODE_MAX_M
+    for rows, elem in ((band, "int8"), (band + 1, "e4m3")):
+        x, z = (torch.randn(rows, 2, 128, generator=g).to(torch.bfloat16) for _ in range(2))
+        A, AS, RS = stream.take(out_proj, producer(x, z).flatten(-2))
+        hs = torch.ops.radiance.gated("gated_rms_norm", x.view(rows, 256), z.view(rows, 256),
+                                      producer.norm.weight.data, producer.norm.eps, "reference")
+        want = kernel_calls.rotate_quant(hs, pairs[None], theta[None], cs, elem, "group", "reference")
+        assert A.dtype == want[0].dtype and all(a.equal(b) for a, b in zip((A, AS, RS), want, strict=True)), elem
+
+
 def test_output_gate_check_reads_vllms_qwen3_next_attention():
     """vLLM's own Qwen3-Next attention forward is the form the output-gate producer mirrors ("inline"); without the
     gate there is nothing to fuse; a forward that gates elsewhere is left to vLLM ("unknown")."""
