@@ -148,7 +148,8 @@ def test_qkvz_like_four_partitions_run_as_two_rotations():
 def test_skinny_linears_run_the_skinny_gemm_at_decode(monkeypatch):
     """A bf16 linear left unquantized with 16 <= N <= 128 runs radiance::skinny_gemm at decode (M <= 16, no bias) —
     exactly its reference, fp32 sums rounded once — and vLLM's own GEMM otherwise (more tokens, a bias, N outside
-    the band), after vLLM's CPU path has packed the weight away."""
+    the band), after vLLM's CPU path has packed the weight away. The bias is the layer's parameter, as vLLM's linears
+    hold it: on AMX CPUs vLLM's small-N packed GEMM converts it to fp32 at load and refuses a bf16 one."""
     from radiance_vllm import kernel_calls
     from radiance_vllm.skinny_method import SkinnyLinearMethod
 
@@ -161,11 +162,12 @@ def test_skinny_linears_run_the_skinny_gemm_at_decode(monkeypatch):
         layer, method = torch.nn.Module(), SkinnyLinearMethod()
         w = torch.randn(N, 256, generator=g).to(torch.bfloat16)
         layer.weight = torch.nn.Parameter(w.clone(), requires_grad=False)
+        b = torch.randn(N, generator=g).to(torch.bfloat16) if bias else None
+        layer.bias = None if b is None else torch.nn.Parameter(b.clone(), requires_grad=False)
         method.process_weights_after_loading(layer)
         x = torch.randn(2, M, 256, generator=g).to(torch.bfloat16)[0]
-        b = torch.randn(N, generator=g).to(torch.bfloat16) if bias else None
         calls.clear()
-        y = method.apply(layer, x, b)
+        y = method.apply(layer, x, layer.bias)
         assert (calls == [x.shape]) == runs and y.shape == (M, N) and y.dtype == torch.bfloat16
         want = (x.float() @ w.float().t()).to(torch.bfloat16)
         if runs:
