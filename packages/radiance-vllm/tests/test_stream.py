@@ -202,18 +202,24 @@ def test_producer_math_is_vllms_norms_to_bf16_rounding(vllm_config):
     assert _bf16_ulps(hs, their_hs).max() <= 2 and (hs == their_hs).float().mean() > 0.7
 
 
-def test_gated_norm_producer_hands_out_proj_its_flattened_input(vllm_config):
-    """The GDN norm producer returns an unfilled [T, heads, 128] token; out_proj, called on its flatten(-2), takes
-    exactly rotate_quant(gated_rms_norm(x, z)) of the chain."""
+def _gated_norm_producer():
+    """A GDN out_proj stand-in (one 256-channel partition, its rotation record) and its gated-norm producer."""
     import radiance_kernels.ops.stream  # noqa: F401
     from radiance_kernels.formats.rotation import random_rotation
-    from radiance_vllm import kernel_calls
 
-    pairs, theta, cs = random_rotation(256, 8, seed=1)
+    rotation = pairs, theta, cs = random_rotation(256, 8, seed=1)
     out_proj = torch.nn.Module()
     out_proj.prefix, out_proj.rot_bounds_list = "model.layers.0.linear_attn.out_proj", [0, 128]
     out_proj.rot_pairs, out_proj.rot_theta, out_proj.rot_scales = pairs[None], theta[None], cs
-    producer = stream.StreamGatedRMSNorm(_gated_norm().to(torch.bfloat16), out_proj)
+    return rotation, out_proj, stream.StreamGatedRMSNorm(_gated_norm().to(torch.bfloat16), out_proj)
+
+
+def test_gated_norm_producer_hands_out_proj_its_flattened_input(vllm_config):
+    """The GDN norm producer returns an unfilled [T, heads, 128] token; out_proj, called on its flatten(-2), takes
+    exactly rotate_quant(gated_rms_norm(x, z)) of the chain."""
+    from radiance_vllm import kernel_calls
+
+    (pairs, theta, cs), out_proj, producer = _gated_norm_producer()
     g = torch.Generator().manual_seed(2)
     x, z = (torch.randn(5, 2, 128, generator=g).to(torch.bfloat16) for _ in range(2))
     token = producer(x, z)
@@ -229,16 +235,10 @@ def test_gated_norm_producer_hands_out_proj_its_flattened_input(vllm_config):
 def test_producer_quantizes_to_the_decode_element_in_the_band(vllm_config, monkeypatch):
     """With RADIANCE_PQ_DECODE_ACT=int8 a producer quantizes a call of at most DECODE_MAX_M rows to int8 and a longer
     one to RADIANCE_PQ_ACT's e4m3, each equal to the chain's rotate_quant in that element."""
-    import radiance_kernels.ops.stream  # noqa: F401
-    from radiance_kernels.formats.rotation import random_rotation
     from radiance_vllm import kernel_calls, knobs
 
     monkeypatch.setattr(knobs, "_SETTINGS", knobs.Settings.from_env({"RADIANCE_PQ_DECODE_ACT": "int8"}))
-    pairs, theta, cs = random_rotation(256, 8, seed=1)
-    out_proj = torch.nn.Module()
-    out_proj.prefix, out_proj.rot_bounds_list = "model.layers.0.linear_attn.out_proj", [0, 128]
-    out_proj.rot_pairs, out_proj.rot_theta, out_proj.rot_scales = pairs[None], theta[None], cs
-    producer = stream.StreamGatedRMSNorm(_gated_norm().to(torch.bfloat16), out_proj)
+    (pairs, theta, cs), out_proj, producer = _gated_norm_producer()
     g = torch.Generator().manual_seed(3)
     band = kernel_calls.DECODE_MAX_M
     for rows, elem in ((band, "int8"), (band + 1, "e4m3")):
