@@ -69,6 +69,26 @@ def test_act_element_by_rows(monkeypatch):
     assert {kernel_calls.act_element(m) for m in (1, band + 1)} == {"int8"}
 
 
+def test_act_element_refuses_a_compiled_forward(monkeypatch):
+    """Traced once for every batch size (vLLM drops the shape guards), a compiled forward would fix the per-call
+    choice at the traced size: the trace fails naming the knob; unset, the element is a constant and compiles."""
+    import torch
+
+    from radiance_vllm import kernel_calls, knobs
+
+    def forward(x):
+        return x * (2 if kernel_calls.act_element(x.shape[0]) == "int8" else 3)
+
+    monkeypatch.setattr(knobs, "_SETTINGS", Settings.from_env({"RADIANCE_PQ_DECODE_ACT": "int8"}))
+    assert forward(torch.ones(4)).eq(2).all()
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="RADIANCE_PQ_DECODE_ACT"):
+        torch.compile(forward, fullgraph=True, dynamic=True, backend="eager")(torch.ones(4))
+    monkeypatch.setattr(knobs, "_SETTINGS", Settings())
+    torch._dynamo.reset()
+    assert torch.compile(forward, fullgraph=True, dynamic=True, backend="eager")(torch.ones(4)).eq(3).all()
+
+
 def test_as_env_round_trips():
     s = Settings.from_env({"RADIANCE_PQ_SCALES": "token", "RADIANCE_STREAM": "1"})
     assert s.as_env() == {"RADIANCE_PQ_SCALES": "token", "RADIANCE_STREAM": "1"}

@@ -19,7 +19,7 @@ from radiance_kernels.ops.mxfp4_gemm import prepare as _prepare_mxfp4  # noqa: E
 from radiance_kernels.ops.stream.reference import activation as _activation  # noqa: E402
 from radiance_kernels.ops.w4a8_gemm import DECODE_MAX_M  # noqa: E402
 from radiance_kernels.ops.w4a8_gemm import prepare as _prepare_w4a8  # noqa: E402
-from radiance_vllm.knobs import settings  # noqa: E402
+from radiance_vllm.knobs import KnobError, settings  # noqa: E402
 
 
 def prepare_w4a8(qweight, qzeros, scales, qweight_hi=None, qzeros_hi=None):
@@ -31,9 +31,16 @@ def act_element(rows: int) -> str:
     """The paroquant activation element of a call on ``rows`` tokens: ``RADIANCE_PQ_DECODE_ACT`` where set and the
     call is in the decode band (``rows <= DECODE_MAX_M``), else ``RADIANCE_PQ_ACT``. Chosen per call from its row
     count, so a request's prefill and its decode steps may quantize with different elements, and a decode token
-    batched with a long prefill chunk takes the prefill's."""
+    batched with a long prefill chunk takes the prefill's. A compiled forward is traced once for every batch size
+    (vLLM drops the shape guards), which would fix the choice at the traced size: refused there, by name."""
     s = settings()
-    return s.pq_decode_act if s.pq_decode_act != "same" and rows <= DECODE_MAX_M else s.pq_act
+    if s.pq_decode_act == "same":
+        return s.pq_act
+    if torch.compiler.is_compiling():
+        raise KnobError("RADIANCE_PQ_DECODE_ACT chooses each call's activation element by its row count, which a "
+                        "compiled forward (one trace for every batch size) would fix at the traced size: serve with "
+                        "--enforce-eager, as the fused producers need")
+    return s.pq_decode_act if rows <= DECODE_MAX_M else s.pq_act
 
 
 def rotate_quant(x: torch.Tensor, pairs, theta, scales, elem: str, granularity: str, backend: str):
