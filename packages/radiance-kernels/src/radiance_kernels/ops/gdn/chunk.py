@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from radiance_kernels.backends import triton_interpreted
+from radiance_kernels.ops.gdn.fused_recurrent import state_tile
 from radiance_kernels.ops.gdn.naive import L2_EPS
 from radiance_kernels.tl.bf16 import to_bf16
 
@@ -78,12 +79,7 @@ def _chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, c
     bos = tl.load(cu_ptr + n).to(tl.int32)
     T = tl.load(cu_ptr + n + 1).to(tl.int32) - bos
     rc = tl.arange(0, C)
-    rk = tl.arange(0, BK)
-    rv = tl.program_id(1) * BV + tl.arange(0, BV)
-    kmask = rk < Dk
-    vmask = rv < Dv
-    smask = kmask[:, None] & vmask[None, :]
-    s_off = bh * Dk * Dv + rk[:, None] * Dv + rv[None, :]
+    rk, rv, kmask, vmask, smask, s_off = state_tile(bh, Dk, Dv, BK, BV)
     if HAS_S0:
         S = tl.load(s0_ptr + s_off, mask=smask, other=0.0).to(tl.float32)
     else:

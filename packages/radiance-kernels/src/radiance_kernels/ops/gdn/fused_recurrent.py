@@ -17,6 +17,17 @@ BV = 32
 
 
 @triton.jit
+def state_tile(bh, Dk, Dv, BK: tl.constexpr, BV: tl.constexpr):
+    """Program ``(bh, program_id(1))``'s ``[BK, BV]`` slice of state ``[B·Hv, Dk, Dv]``: key rows, value columns,
+    their masks, the slice's mask and offsets."""
+    rk = tl.arange(0, BK)
+    rv = tl.program_id(1) * BV + tl.arange(0, BV)
+    kmask = rk < Dk
+    vmask = rv < Dv
+    return rk, rv, kmask, vmask, kmask[:, None] & vmask[None, :], bh * Dk * Dv + rk[:, None] * Dv + rv[None, :]
+
+
+@triton.jit
 def _recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, T, Hk, Hv, Dk, Dv,
                       scale, eps, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
                       OUT_BF16: tl.constexpr, INTERP: tl.constexpr):
@@ -24,12 +35,7 @@ def _recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_pt
     b = bh // Hv
     h = bh % Hv
     hk = h // (Hv // Hk)
-    rk = tl.arange(0, BK)
-    rv = tl.program_id(1) * BV + tl.arange(0, BV)
-    kmask = rk < Dk
-    vmask = rv < Dv
-    smask = kmask[:, None] & vmask[None, :]
-    s_off = bh * Dk * Dv + rk[:, None] * Dv + rv[None, :]
+    rk, rv, kmask, vmask, smask, s_off = state_tile(bh, Dk, Dv, BK, BV)
     S = tl.load(s0_ptr + s_off, mask=smask, other=0.0).to(tl.float32)
     for t in range(T):
         qk_off = ((b * T + t) * Hk + hk) * Dk + rk
