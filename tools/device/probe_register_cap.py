@@ -2,12 +2,12 @@
 
 ``mma2n64t2so16`` / ``mma8n64t2so16`` size their grid for 16 two-warp programs per SM but hold 68-72 registers, so 14
 fit; ``mma2n64t2o12`` sizes it for 12 and holds 94 (10 fit); ``wgn64t2o8`` at M = 16 holds 61 and its 8 programs fill
-the register file. Their ``r{cap}`` twins are the same
-launches under a ptxas register cap. Per TP = 1 shape, M (8, 16) and activation element (e4m3 / int8 per-group) whose
-tuned pick — reduced or deferred — has a twin, A/B interleaved twice in one process, µs in CUDA graphs over weight
-copies that exceed the L2: the GEMM alone (in the pick's form) and the served linear (rotate+quant launch + the
-reduced GEMM); outputs checked equal (the cap changes registers, not the math). Then the 64-layer chained int4 stack at
-M = 8 and 16 (deferred, e4m3 and int8 per-group) with every twin standing in for its pick, A/B twice.
+the register file. Their ``r{cap}`` twins are the same launches under a ptxas register cap. Per TP = 1 shape, M (1, 8,
+16) and activation element (e4m3 / int8 per-group) whose tuned pick — reduced or deferred — has a twin, A/B
+interleaved twice in one process, µs in CUDA graphs over weight copies that exceed the L2: the GEMM alone (in the
+pick's form) and the served linear (rotate+quant launch + the reduced GEMM); outputs checked equal (the cap changes
+registers, not the math). Then the 64-layer chained int4 stack at M = 8 and 16 (deferred, e4m3 and int8 per-group)
+with every twin standing in for its pick, A/B twice.
 
     python tools/device/probe_register_cap.py OUT.json
 
@@ -62,7 +62,7 @@ def _ab(r, key, wts, qs, x, act, names, defer):
 def rows():
     gpu = torch.cuda.get_device_name()
     for proj in projections(1):
-        for M in (8, 16) if proj.name != "gdn.in_proj_ba" else ():
+        for M in (1, 8, 16) if proj.name != "gdn.in_proj_ba" else ():
             picks = {act: _picks(gpu, proj, M, act) for act in ("e4m3", "int8")}
             if not any(picks.values()):
                 continue
