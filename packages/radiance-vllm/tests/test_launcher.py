@@ -39,3 +39,16 @@ def test_serve_dry_run_prints_the_command_with_forwarded_knobs(monkeypatch):
 def test_serve_rejects_a_bad_knob():
     r = CliRunner().invoke(app, ["serve", "/ckpt", "--dry-run", "--knob", "RADIANCE_PQ_ACT=fp4"])
     assert r.exit_code != 0 and "RADIANCE_PQ_ACT" in r.output
+
+
+@pytest.mark.parametrize("knobs", [["RADIANCE_STREAM=1"], ["RADIANCE_PQ_DECODE_ACT=int8"],
+                                   ["RADIANCE_CHECKALL=1", "RADIANCE_STREAM=1"]])
+def test_serve_refuses_per_call_knobs_on_a_compiled_forward(knobs):
+    """Knobs that act per call in Python need --enforce-eager (vLLM's compiled forward is traced once): refused
+    without it, naming them; accepted with it, as an option or passed through to vLLM."""
+    args = ["serve", "/ckpt", "--dry-run", *[a for k in knobs for a in ("--knob", k)]]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code != 0 and all(k.split("=")[0] in r.output for k in knobs) and "--enforce-eager" in r.output
+    for eager in (["--enforce-eager"], ["--", "--enforce-eager"]):
+        r = CliRunner().invoke(app, args + eager)
+        assert r.exit_code == 0, r.output

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from radiance_vllm import knobs as knobs_mod
-from radiance_vllm.launcher import ServeOptions, render, vllm_command
+from radiance_vllm.launcher import ServeOptions, check_eager, render, vllm_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
@@ -52,6 +52,7 @@ def serve(
                         max_model_len=max_model_len, chunk_size=chunk_size, dtype=dtype,
                         enforce_eager=enforce_eager, extra=list(ctx.args))
     try:
+        check_eager(settings, opts)
         cmd = vllm_command(opts)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
