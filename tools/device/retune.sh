@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One H200 call that re-tables decode configs: re-time CONFIGS at the decode M's DECODE_M (GEMMs alone and with the
+# producer that reads them, int4), rebuild the tuned table from its committed sources plus these runs, run the tuned
+# tests on it, then the int4 stack on the committed table and on the rebuilt one, interleaved PASSES times.
+# Commit the table rebuilt here from the committed copies of $OUT/v*/ (kernelbench.tune), not $OUT/table.json.
+#   usage (GPU machine, repo root): OUT=dir DECODE_M="1 16" CONFIGS="a b ..." [PASSES=2] bash tools/device/retune.sh
+set -uo pipefail
+: "${OUT:?}" "${DECODE_M:?}" "${CONFIGS:?}"
+table=packages/radiance-kernels/src/radiance_kernels/ops/w4a8_gemm/tuned/nvidia-h200.json
+mkdir -p "$OUT" && cp "$table" "$OUT/table-committed.json"
+for s in decode_variants decode_pairs; do
+  SECTIONS=$s SECTION_BUDGET=${SECTION_BUDGET:-200} BENCH_ARGS="--decode-m $DECODE_M --configs $CONFIGS" \
+    OUT=$OUT/v-$s bash tools/device/h200_run.sh bench
+done
+export PYTHONPATH=/tmp/site:packages/radiance-kernels/src:packages/radiance-bench/src
+read -ra sources < <(python3 -c "import json, sys; print(' '.join(json.load(open(sys.argv[1]))['source']))" "$table")
+python3 -m radiance_bench.kernelbench.tune "$OUT/table.json" "${sources[@]}" "$OUT"/v-*/kb-*.json || exit 1
+python3 - "$OUT/table-committed.json" "$OUT/table.json" <<'EOF'
+import json, sys
+old, new = (json.load(open(p))["w4a8_gemm"] for p in sys.argv[1:])
+key = lambda e: (e["N"], e["K"], e["act"], e["bits"], e["M_max"], e.get("defer", False))
+was = {band: {key(e): e["config"] for e in es} for band, es in old.items()}
+for band, es in new.items():
+    for e in es:
+        if was[band].get(key(e)) != e["config"]:
+            print("moved", band, key(e), was[band].get(key(e)), "->", e["config"])
+EOF
+cp "$OUT/table.json" "$table"
+PYTEST_K=${PYTEST_K:-tuned or served_decode} PYTEST_BUDGET=${PYTEST_BUDGET:-150} OUT=$OUT/t \
+  bash tools/device/h200_run.sh pytest
+for pass in $(seq "${PASSES:-2}"); do
+  for which in committed rebuilt; do
+    if [[ $which == committed ]]; then cp "$OUT/table-committed.json" "$table"; else cp "$OUT/table.json" "$table"; fi
+    SECTIONS=stack SECTION_BUDGET=${STACK_BUDGET:-120} BENCH_ARGS="--bits 4" OUT=$OUT/s$pass-$which \
+      bash tools/device/h200_run.sh bench
+  done
+done
+cp "$OUT/table-committed.json" "$table"
