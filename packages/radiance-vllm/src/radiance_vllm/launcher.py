@@ -77,24 +77,18 @@ def vllm_command(o: ServeOptions) -> list[str]:
     return cmd + list(o.extra)
 
 
-def eager_knobs(settings: Settings) -> list[str]:
-    """The set knobs whose work runs as Python between the ops on every call — the producers' hand-over, CHECKALL,
-    the per-call activation element — which vLLM's compiled forward (traced once for every batch size) would not
-    repeat: they need ``--enforce-eager``."""
-    env = settings.as_env()
-    return [name for name in ("RADIANCE_STREAM", "RADIANCE_CHECKALL", "RADIANCE_PQ_DECODE_ACT") if name in env]
+#: knobs whose work runs as Python between the ops on every call (the producers' hand-over, CHECKALL, the per-call
+#: activation element), which vLLM's compiled forward — traced once for every batch size — would not repeat
+EAGER_KNOBS = ("RADIANCE_STREAM", "RADIANCE_CHECKALL", "RADIANCE_PQ_DECODE_ACT")
 
 
 def check_eager(settings: Settings, o: ServeOptions) -> None:
-    """Refuse, naming them, knobs that need an eager forward on a command that compiles it."""
-    need = eager_knobs(settings)
+    """Refuse, naming them, set :data:`EAGER_KNOBS` on a command that compiles the forward (no ``--enforce-eager``)."""
+    env = settings.as_env()
+    need = [name for name in EAGER_KNOBS if name in env]
     if need and not (o.enforce_eager or "--enforce-eager" in o.extra):
         raise ValueError(f"{', '.join(need)} act per call in Python, which vLLM's compiled forward (one trace for "
                          "every batch size) would not repeat: add --enforce-eager")
-
-
-def knob_env(settings: Settings) -> dict[str, str]:
-    return settings.as_env()
 
 
 def render(cmd: list[str], env: dict[str, str]) -> str:
