@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One H200 call that re-tables decode configs: re-time CONFIGS at the decode M's DECODE_M (GEMMs alone and with the
 # producer that reads them, int4), rebuild the tuned table from its committed sources plus these runs, run the tuned
-# tests on it, then the int4 stack on the committed table and on the rebuilt one, interleaved PASSES times.
+# tests on it, then the int4 stack on the committed table and on the rebuilt one, interleaved PASSES times
+# (tools/device/ab_table.sh).
 # Commit the table rebuilt here from the committed copies of $OUT/v*/ (kernelbench.tune), not $OUT/table.json.
 #   usage (GPU machine, repo root): OUT=dir DECODE_M="1 16" CONFIGS="a b ..." [PASSES=2] bash tools/device/retune.sh
 set -uo pipefail
@@ -25,14 +26,4 @@ for band, es in new.items():
         if was[band].get(key(e)) != e["config"]:
             print("moved", band, key(e), was[band].get(key(e)), "->", e["config"])
 EOF
-cp "$OUT/table.json" "$table"
-PYTEST_K=${PYTEST_K:-tuned or served_decode} PYTEST_BUDGET=${PYTEST_BUDGET:-150} OUT=$OUT/t \
-  bash tools/device/h200_run.sh pytest
-for pass in $(seq "${PASSES:-2}"); do
-  for which in committed rebuilt; do
-    if [[ $which == committed ]]; then cp "$OUT/table-committed.json" "$table"; else cp "$OUT/table.json" "$table"; fi
-    SECTIONS=stack SECTION_BUDGET=${STACK_BUDGET:-120} BENCH_ARGS="--bits 4" OUT=$OUT/s$pass-$which \
-      bash tools/device/h200_run.sh bench
-  done
-done
-cp "$OUT/table-committed.json" "$table"
+CANDIDATE=$OUT/table.json bash tools/device/ab_table.sh
