@@ -12,6 +12,7 @@ rows are where they come from DRAM). Then the 64-layer chained int4 stack at M =
 per-group) with each config as the decode default, A/B twice in one process.
 """
 
+import os
 import sys
 from functools import partial
 from itertools import chain as then
@@ -72,4 +73,6 @@ def stack_rows(M: int = 8, bits: int = 4):
 
 
 if __name__ == "__main__":
-    write_rows(sys.argv[1], then(rows(), stack_rows()))
+    stack_m = [int(m) for m in os.environ.get("STACK_M", "8").split()]
+    write_rows(sys.argv[1], then(rows() if os.environ.get("ROWS", "1") == "1" else (),
+                                 *(stack_rows(m) for m in stack_m)))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One H200 call that re-tables decode configs: re-time CONFIGS at the decode M's DECODE_M (GEMMs alone and with the
+# One GPU call that re-tables decode configs: re-time CONFIGS at the decode M's DECODE_M (GEMMs alone and with the
 # producer that reads them, int4), rebuild the tuned table from its committed sources plus these runs, run the tuned
 # tests on it, then the int4 stack on the committed table and on the rebuilt one, interleaved PASSES times
 # (tools/device/ab_table.sh).
@@ -7,13 +7,15 @@
 #   usage (GPU machine, repo root): OUT=dir DECODE_M="1 16" CONFIGS="a b ..." [PASSES=2] bash tools/device/retune.sh
 set -uo pipefail
 : "${OUT:?}" "${DECODE_M:?}" "${CONFIGS:?}"
-table=packages/radiance-kernels/src/radiance_kernels/ops/w4a8_gemm/tuned/nvidia-h200.json
-mkdir -p "$OUT" && cp "$table" "$OUT/table-committed.json"
+mkdir -p "$OUT"
 for s in decode_variants decode_pairs; do
   SECTIONS=$s SECTION_BUDGET=${SECTION_BUDGET:-200} BENCH_ARGS="--decode-m $DECODE_M --configs $CONFIGS" \
     OUT=$OUT/v-$s bash tools/device/h200_run.sh bench
 done
 export PYTHONPATH=/tmp/site:packages/radiance-kernels/src:packages/radiance-bench/src
+table=$(python3 -c "import torch; from radiance_kernels.ops.w4a8_gemm import tuned
+print(tuned.TABLES / f'{tuned.gpu_key(torch.cuda.get_device_name())}.json')") || exit 1
+cp "$table" "$OUT/table-committed.json" || exit 1  # this GPU's committed table: a first one comes from kernelbench.tune
 read -ra sources < <(python3 -c "import json, sys; print(' '.join(json.load(open(sys.argv[1]))['source']))" "$table")
 python3 -m radiance_bench.kernelbench.tune "$OUT/table.json" "${sources[@]}" "$OUT"/v-*/kb-*.json || exit 1
 python3 - "$OUT/table-committed.json" "$OUT/table.json" <<'EOF'

@@ -65,7 +65,10 @@ _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 #: registers against 66-72, fewer programs resident) or as L2 prefetches (2, ``bm1w1p``: NVIDIA PTX, taken only where
 #: programmatic launch runs); otherwise each layer's tables load as the layer comes, after the wait. In the served
 #: stack those tables (4.2-4.7 MB a layer) are not in the L2 (13 GB of weights stream through it per step): their first
-#: touch is a DRAM round trip on each producer's critical path. Not yet timed.
+#: touch is a DRAM round trip on each producer's critical path. H100 calls 188-189 (the chained int4 stack, A/B twice,
+#: bm1w1 -> bm1w1e / bm1w1p): M = 1 -4.5 to -4.9 % / -3.9 to -4.2 %, M = 8 -3.8 to -4.7 % / -1.2 to -2.4 %, M = 16
+#: -1.1 to -2.2 % / +0.6 to +2.1 %, e4m3 and int8 per-group alike. Alone, its tables in the L2, bm1w1e wins the
+#: add+RMSNorm at M <= 8 (-12 to -26 %) and loses silu-mul (+4 to +47 %, the most at M = 16, P = 3: a second wave).
 CONFIGS = {
     "bm16w4": dict(BM=16, num_warps=4, scratch=True),
     "bm16w4_recompute": dict(BM=16, num_warps=4, scratch=False),
@@ -87,7 +90,8 @@ DEFAULT = "bm16w4"
 #: One-warp programs of one row each (bm1w1) go further: H200 call 69 (per call in a CUDA graph, P = 1, per-group,
 #: bm4w4 -> bm1w1, us): M = 8, K = 5120 3.72 -> 3.01, K = 17408 4.29 -> 3.53; M = 1 4.03 -> 2.82 (a copy kernel of the
 #: same rows: 1.2; the same launch with 1 Givens layer instead of 8: 2.3); bm2w2 ~ bm4w4, bm8w8 1.3-1.6 us slower.
-SMALL_M, SMALL_M_DEFAULT = 16, "bm1w1"
+#: bm1w1e (constants read before the wait, above) the same, faster in the stack at every decode M (H100 calls 188-189).
+SMALL_M, SMALL_M_DEFAULT = 16, "bm1w1e"
 
 
 def default_config(M: int) -> str:
