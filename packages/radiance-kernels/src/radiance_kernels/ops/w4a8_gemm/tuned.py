@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from functools import cache
 from pathlib import Path
 
@@ -38,11 +39,14 @@ def gpu_key(name: str) -> str:
 
 @cache
 def table(gpu: str) -> dict:
-    """The tuned table of ``gpu`` (a device name), validated; {} when none is committed."""
+    """The tuned table of ``gpu`` (a device name), validated; {} when none is committed (warned once per GPU)."""
     from radiance_kernels.ops.w4a8_gemm.triton import DECODE, PREFILL
 
     path = TABLES / f"{gpu_key(gpu)}.json"
     if not path.exists():
+        warnings.warn(f"radiance-kernels: no tuned table for {gpu!r} ({path.name}): the W4A8 GEMMs run each band's "
+                      f"named default config, not a measured pick (tools/device/retune.sh builds a table)",
+                      stacklevel=2)
         return {}
     data = json.loads(path.read_text())
     names = {"decode": DECODE, "prefill": PREFILL}
