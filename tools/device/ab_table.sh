@@ -2,14 +2,12 @@
 # One GPU call's table A/B: install CANDIDATE as this GPU's tuned table, run the tuned tests on it, then the int4
 # stack on the committed table (or none, where this GPU has none committed) and on CANDIDATE, interleaved PASSES
 # times; the committed state is restored at the end.
-#   usage (GPU machine, repo root, after h200_run.sh installed the wheels): OUT=dir CANDIDATE=table.json [PASSES=2]
-#   bash tools/device/ab_table.sh
+#   usage (GPU machine, repo root): OUT=dir CANDIDATE=table.json [PASSES=2] bash tools/device/ab_table.sh
 set -uo pipefail
 : "${OUT:?}" "${CANDIDATE:?}"
 mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:packages/radiance-kernels/src:packages/radiance-bench/src
-table=$(python3 -c "import torch; from radiance_kernels.ops.w4a8_gemm import tuned
-print(tuned.TABLES / f'{tuned.gpu_key(torch.cuda.get_device_name())}.json')") || exit 1
+table=$(python3 -m radiance_kernels.ops.w4a8_gemm.tuned) || exit 1
 if [[ -f $table ]]; then cp "$table" "$OUT/table-committed.json"; fi
 install() { if [[ $1 == committed ]]; then
               if [[ -f $OUT/table-committed.json ]]; then cp "$OUT/table-committed.json" "$table"; else rm -f "$table"; fi

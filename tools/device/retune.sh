@@ -13,8 +13,7 @@ for s in decode_variants decode_pairs; do
     OUT=$OUT/v-$s bash tools/device/h200_run.sh bench
 done
 export PYTHONPATH=/tmp/site:packages/radiance-kernels/src:packages/radiance-bench/src
-table=$(python3 -c "import torch; from radiance_kernels.ops.w4a8_gemm import tuned
-print(tuned.TABLES / f'{tuned.gpu_key(torch.cuda.get_device_name())}.json')") || exit 1
+table=$(python3 -m radiance_kernels.ops.w4a8_gemm.tuned) || exit 1
 cp "$table" "$OUT/table-committed.json" || exit 1  # this GPU's committed table: a first one comes from kernelbench.tune
 read -ra sources < <(python3 -c "import json, sys; print(' '.join(json.load(open(sys.argv[1]))['source']))" "$table")
 python3 -m radiance_bench.kernelbench.tune "$OUT/table.json" "${sources[@]}" "$OUT"/v-*/kb-*.json || exit 1

@@ -37,30 +37,35 @@ def gpu_key(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
+def path(gpu: str) -> Path:
+    """Where the tuned table of ``gpu`` (a device name) is committed, or would be."""
+    return TABLES / f"{gpu_key(gpu)}.json"
+
+
 @cache
 def table(gpu: str) -> dict:
     """The tuned table of ``gpu`` (a device name), validated; {} when none is committed (warned once per GPU)."""
     from radiance_kernels.ops.w4a8_gemm.triton import DECODE, PREFILL
 
-    path = TABLES / f"{gpu_key(gpu)}.json"
-    if not path.exists():
-        warnings.warn(f"radiance-kernels: no tuned table for {gpu!r} ({path.name}): the W4A8 GEMMs run each band's "
+    file = path(gpu)
+    if not file.exists():
+        warnings.warn(f"radiance-kernels: no tuned table for {gpu!r} ({file.name}): the W4A8 GEMMs run each band's "
                       f"named default config, not a measured pick (tools/device/retune.sh builds a table)",
                       stacklevel=2)
         return {}
-    data = json.loads(path.read_text())
+    data = json.loads(file.read_text())
     names = {"decode": DECODE, "prefill": PREFILL}
     for op, bands in data.items():
         if op in ("gpu", "source"):
             continue
         for band, entries in bands.items():
             if band not in names:
-                raise ValueError(f"{path}: {op} band {band!r} is not one of {sorted(names)}")
+                raise ValueError(f"{file}: {op} band {band!r} is not one of {sorted(names)}")
             for e in entries:
                 if not _REQUIRED <= e.keys() <= _REQUIRED | _OPTIONAL or e["config"] not in names[band] \
                         or e.get("defer", False) not in (False, band == "decode") \
                         or e.get("reduced", False) not in (False, e.get("defer", False)):
-                    raise ValueError(f"{path}: {op} {band} entry {e} must have keys N, K, M_max, config (and "
+                    raise ValueError(f"{file}: {op} {band} entry {e} must have keys N, K, M_max, config (and "
                                      f"optionally act, bits, defer — decode only —, reduced — defer entries "
                                      f"only) with config one of {sorted(names[band])}")
     return data
@@ -85,3 +90,9 @@ def entry(gpu: str, op: str, band: str, M: int, N: int, K: int, act: str = "e4m3
         if hit := next((e for e in entries if e["M_max"] is None or e["M_max"] >= M), None):
             return hit
     return None
+
+
+if __name__ == "__main__":  # the device scripts' lookup: this machine's GPU's table path
+    import torch
+
+    print(path(torch.cuda.get_device_name()))
