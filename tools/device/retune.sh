@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # One GPU call that re-tables decode configs: re-time CONFIGS at the decode M's DECODE_M (GEMMs alone and with the
-# producer that reads them, int4), rebuild the tuned table from its committed sources plus these runs, run the tuned
-# tests on it, then the int4 stack on the committed table and on the rebuilt one, interleaved PASSES times
-# (tools/device/ab_table.sh).
+# producer that reads them; weights of BITS bits, 4 unless set), rebuild the tuned table from its committed sources
+# plus these runs, run the tuned tests on it, then the stack of the same weights on the committed table and on the
+# rebuilt one, interleaved PASSES times (tools/device/ab_table.sh).
 # Commit the table rebuilt here from the committed copies of $OUT/v*/ (kernelbench.tune), not $OUT/table.json.
-#   usage (GPU machine, repo root): OUT=dir DECODE_M="1 16" CONFIGS="a b ..." [PASSES=2] bash tools/device/retune.sh
+#   usage (GPU machine, repo root): OUT=dir DECODE_M="1 16" CONFIGS="a b ..." [BITS="4 5"] [PASSES=2] bash tools/device/retune.sh
 set -uo pipefail
 : "${OUT:?}" "${DECODE_M:?}" "${CONFIGS:?}"
 mkdir -p "$OUT"
 for s in decode_variants decode_pairs; do
-  SECTIONS=$s SECTION_BUDGET=${SECTION_BUDGET:-200} BENCH_ARGS="--decode-m $DECODE_M --configs $CONFIGS" \
+  SECTIONS=$s SECTION_BUDGET=${SECTION_BUDGET:-200} BENCH_ARGS="--decode-m $DECODE_M --configs $CONFIGS --bits ${BITS:-4}" \
     OUT=$OUT/v-$s bash tools/device/h200_run.sh bench
 done
 export PYTHONPATH=/tmp/site:packages/radiance-kernels/src:packages/radiance-bench/src
@@ -27,4 +27,4 @@ for band, es in new.items():
         if was[band].get(key(e)) != e["config"]:
             print("moved", band, key(e), was[band].get(key(e)), "->", e["config"])
 EOF
-CANDIDATE=$OUT/table.json bash tools/device/ab_table.sh
+STACK_BITS=${BITS:-4} CANDIDATE=$OUT/table.json bash tools/device/ab_table.sh
