@@ -24,6 +24,7 @@ for elem in ("e4m3", "int8"):
     assert torch.isfinite(served[0].float()).all()
     assert chain.same_outputs(served, deferred), elem
     assert chain.same_outputs(chain.step(layers, 3, elem, deferred_configs=True)(), deferred), elem
+    assert chain.same_outputs(served, chain.step(layers, 3, elem, True, overlap_skinny=True)()), elem
 print("same")
 """
 

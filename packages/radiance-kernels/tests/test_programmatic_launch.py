@@ -112,3 +112,34 @@ def test_skinny_gemm_waits_for_the_gemm_before_it(early, monkeypatch):
         return torch.cat(ys, 1)
 
     assert_same_as_plain(chain, [torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)])
+
+
+@pytest.mark.skipif(not SM90, reason="programmatic dependent launch: NVIDIA sm_90+")
+@pytest.mark.parametrize("cfg", ("mma2n64t2s", "gemv_o8", None))
+def test_skinny_gemm_overlaps_the_gemm_before_it(cfg):
+    """in_proj_ba's place in a GDN layer: the add+RMSNorm producer, the decode GEMM on its quantized output, then the
+    skinny GEMM on its bf16 output in the ``overlap`` form (loading and multiplying beside the GEMM, writing after
+    it), and the next layer's producer reading the GEMM's output behind the skinny launch: the plain launches' bits,
+    eager and replayed in a CUDA graph (a next launch that did not wait for the GEMM through the skinny one would
+    read the GEMM's output early)."""
+    from radiance_kernels.ops.skinny_gemm import triton as sk
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    M, K, layers = 8, 640, 4
+    ops = torch.ops.radiance
+    rots = [random_rotations(1, K, seed=i, device="cuda") for i in range(layers)]
+    ws = [prepare_codes(*weights(K, K, 4, seed=i, device="cuda"), 4) for i in range(layers)]
+    norm = torch.rand(K, device="cuda").to(torch.bfloat16) + 0.5
+    g = torch.Generator(device="cuda").manual_seed(2)
+    ba = [(torch.randn(48, K, generator=g, device="cuda") * K**-0.5).to(torch.bfloat16) for _ in range(layers)]
+
+    def chain(x):
+        h, res, ys = x, x, []
+        for rot, w, b in zip(rots, ws, ba, strict=True):
+            hs, res, A, AS, RS = ops.add_rms_norm_rotate_quant(h, res, norm, 1e-6, False, *rot, "e4m3", "group",
+                                                               "triton")
+            h = impl.gemm(A, AS, RS, w, [0, K], False, "decode", cfg=cfg and impl.DECODE[cfg])
+            ys.append(sk.skinny_gemm(hs, b, overlap=True))
+        return torch.cat([h, *ys], 1)
+
+    assert_same_as_plain(chain, [torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)])

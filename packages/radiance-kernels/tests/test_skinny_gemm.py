@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import FULL_SHAPES
+from conftest import FULL_SHAPES, compiled_for_sm90
 
 import radiance_kernels.ops  # noqa: F401  (registers the ops)
 
@@ -49,7 +49,7 @@ def test_bad_inputs():
 def test_tiles_leave_the_counters_zero(bn, kslice, num_warps, early, device):
     """Every tile config — its weights loaded before the programmatic wait too (``early``) — stays at the bf16 floor
     and leaves its arrival counters zeroed (no memset per call): a second call on the same buffer gives the same
-    bits, the late and early loads the same."""
+    bits, the late and early loads the same, and so does the ``overlap`` form (loads and product before its wait)."""
     from radiance_kernels.ops.arrivals import counters
     from radiance_kernels.ops.skinny_gemm import triton as impl
 
@@ -58,5 +58,41 @@ def test_tiles_leave_the_counters_zero(bn, kslice, num_warps, early, device):
     ys = [impl.skinny_gemm(x, w, bn, kslice, num_warps, early) for _ in range(2)]
     assert torch.equal(ys[0], ys[1]) and not counters(device, 1, "skinny_gemm").any()
     assert torch.equal(ys[0], impl.skinny_gemm(x, w, bn, kslice, num_warps, not early))
+    assert torch.equal(ys[0], impl.skinny_gemm(x, w, bn, kslice, num_warps, early, overlap=True))
     err = (ys[0].double() - exact).abs()
     assert (err <= exact.abs() * 2.0**-8 * 1.01 + 1e-5 * exact.abs().max()).all(), err.max().item()
+
+
+OVERLAP_SM90 = """
+import json
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from radiance_kernels.ops.skinny_gemm.triton import _skinny_kernel as k
+out = []
+for early, overlap in ((False, False), (True, False), (False, True)):
+    ce = dict(BM=16, BN=16, KSLICE=256, INTERP=False, WAIT=True, EARLY=early, OVERLAP=overlap)
+    sig = {n: "constexpr" if n in ce else "*bf16" if n in ("x_ptr", "w_ptr", "y_ptr") else
+           "*fp32" if n == "part_ptr" else "*i32" if n == "count_ptr" else "i32" for n in k.arg_names}
+    ptx = triton.compile(ASTSource(fn=k, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
+                         options={"num_warps": 4}).asm["ptx"]
+    head, wait, tail = ptx.partition("griddepcontrol.wait")
+    out.append(dict(early=early, overlap=overlap, wait=bool(wait), trigger="launch_dependents" in head,
+        ld_before=head.count("ld.global"), ld_after=tail.count("ld.global"), ld_cg=ptx.count("ld.global.cg"),
+        mma_before=head.count("mma.sync"), st_before=head.count("st.global") + head.count("atom."),
+        st_after=tail.count("st.global") + tail.count("atom.")))
+print(json.dumps(out))
+"""
+
+
+def test_overlap_writes_only_after_its_wait_sm90():
+    """sm_90 code of the programmatic-dependent skinny GEMM (each lets the next launch start before its wait): the
+    plain form waits before loading ``x``, the ``early`` form loads only its weights before the wait, the ``overlap``
+    form loads both (``x`` past the L1) and multiplies before it — and no form writes anything (partials, arrival
+    count, output) before its wait."""
+    late, early, overlap = compiled_for_sm90(OVERLAP_SM90)
+    assert all(r["wait"] and r["trigger"] and r["st_before"] == 0 and r["st_after"] > 0
+               for r in (late, early, overlap)), (late, early, overlap)
+    assert late["ld_before"] == 0 and late["mma_before"] == 0 and 0 < early["ld_before"] < overlap["ld_before"]
+    assert overlap["mma_before"] > 0 == early["mma_before"] and overlap["ld_cg"] > 0 == late["ld_cg"], overlap
+    assert late["ld_after"] == early["ld_before"] + early["ld_after"] == overlap["ld_before"] + overlap["ld_after"]

@@ -202,7 +202,9 @@ def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
     launch where it runs; the "no-PDL" rows (ablation) are the served ones without it. Then the stack in model order
     (:mod:`.chain`: each producer reads the GEMM output before it), "chained" with every GEMM reducing its splits and
     "chained ... deferred" with the GEMMs our producers read leaving their split partials to them, on the table's
-    picks for that form (``same_as_reduced``: the same bits as the reduced chain on those configs)."""
+    picks for that form (``same_as_reduced``: the same bits as the reduced chain on those configs), and "... deferred
+    skinny-overlap" the same with in_proj_ba's skinny GEMM in its ``overlap`` form (multiplying beside the GEMM ahead
+    of it, writing after it)."""
     served, served8, rot_gemm, gemm_only, bf16, total, total_bf16 = [], [], [], [], [], 0, 0
     for proj in projections(1):
         for layer in range(proj.count):
@@ -240,13 +242,14 @@ def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
     del served, served8, rot_gemm, gemm_only, bf16, rows
     layers, nbytes = chain.build(M, bits)  # model order, each producer reading the GEMM before it
     for elem, suffix in (("e4m3", ""), ("int8", " int8-group")):
-        steps = {defer: chain.step(layers, M, elem, defer) for defer in (False, True)}
+        steps = {"": chain.step(layers, M, elem), " deferred": chain.step(layers, M, elem, True),
+                 " deferred skinny-overlap": chain.step(layers, M, elem, True, overlap_skinny=True)}
         with programmatic_launch(True):
-            same = chain.same_outputs(chain.step(layers, M, elem, deferred_configs=True)(), steps[True]())
-            for defer, run in steps.items():
+            same = chain.same_outputs(chain.step(layers, M, elem, deferred_configs=True)(), steps[" deferred"]())
+            for form, run in steps.items():
                 t = graph_time([run], reps=5, min_calls=1)
-                _stack_row(results, f"64-layer chained int{bits}{suffix}{' deferred' if defer else ''}", t, M,
-                           nbytes, bw, same_as_reduced=same)
+                _stack_row(results, f"64-layer chained int{bits}{suffix}{form}", t, M, nbytes, bw,
+                           same_as_reduced=same)
 
 
 def stack_profile(results: list, ceil: dict, M: int = 8, bits: tuple[int, ...] = (4,)) -> None:
