@@ -69,10 +69,6 @@ _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 #: bm1w1 -> bm1w1e / bm1w1p): M = 1 -4.5 to -4.9 % / -3.9 to -4.2 %, M = 8 -3.8 to -4.7 % / -1.2 to -2.4 %, M = 16
 #: -1.1 to -2.2 % / +0.6 to +2.1 %, e4m3 and int8 per-group alike. Alone, its tables in the L2, bm1w1e wins the
 #: add+RMSNorm at M <= 8 (-12 to -26 %) and loses silu-mul (+4 to +47 %, the most at M = 16, P = 3: a second wave).
-#: ``maxnreg``: a ptxas register cap on the launch. ``bm1w1er`` is ``bm1w1e`` under 192: ptxas sm_90 (Triton 3.7) gives
-#: the silu-mul producer 165 registers without a spill against 254, 12 one-warp programs an SM against 8 — down's
-#: producer grid at M = 8 (8 rows x 136 groups = 1088 programs) fits one wave of 132 SMs (1584) again (1056: a second
-#: wave); the add+RMSNorm and gated producers stay at 11-12 / 10 an SM (178 / 192 registers, no spill).
 CONFIGS = {
     "bm16w4": dict(BM=16, num_warps=4, scratch=True),
     "bm16w4_recompute": dict(BM=16, num_warps=4, scratch=False),
@@ -85,7 +81,6 @@ CONFIGS = {
     "bm1w1": dict(BM=1, num_warps=1, scratch=True),
     "bm1w1e": dict(BM=1, num_warps=1, scratch=True, early=1),
     "bm1w1p": dict(BM=1, num_warps=1, scratch=True, early=2),
-    "bm1w1er": dict(BM=1, num_warps=1, scratch=True, early=1, maxnreg=192),
 }
 DEFAULT = "bm16w4"
 #: The default at M <= SMALL_M (decode): one row per warp, so the tables need no per-layer conversion through
@@ -463,7 +458,6 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     GPP = G if (token and not tsplit) or (kind == 1 and not split) else 1
     early = CONFIGS[cfg].get("early", 0) if GPP == 1 and not token else 0
     early = 0 if early == 2 and not pdl else early  # prefetching for a wait there is none of: no PTX here
-    regs = {"maxnreg": CONFIGS[cfg]["maxnreg"]} if CONFIGS[cfg].get("maxnreg") else {}  # a ptxas register cap
     part = cos  # never read
     if fold:
         part = torch.empty((M, G), dtype=torch.float32, device=dev)
@@ -490,6 +484,6 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[dt], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
             NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, XA=xa, XB=xb, EARLY=early, num_warps=num_warps,
-            enable_fp_fusion=False, launch_pdl=pdl, **regs,
+            enable_fp_fusion=False, launch_pdl=pdl,
         )
     return out
