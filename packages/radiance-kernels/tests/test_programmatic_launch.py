@@ -118,11 +118,10 @@ def test_skinny_gemm_waits_for_the_gemm_before_it(early, monkeypatch):
 @pytest.mark.parametrize("cfg", ("mma2n64t2s", "gemv_o8", None))
 def test_skinny_gemm_overlaps_the_gemm_before_it(cfg):
     """in_proj_ba's place in a GDN layer: the add+RMSNorm producer, the decode GEMM on its quantized output, then the
-    skinny GEMM on its bf16 output in the ``overlap`` form (loading and multiplying beside the GEMM, writing after
-    it), and the next layer's producer reading the GEMM's output behind the skinny launch: the plain launches' bits,
-    eager and replayed in a CUDA graph (a next launch that did not wait for the GEMM through the skinny one would
-    read the GEMM's output early)."""
-    from radiance_kernels.ops.skinny_gemm import triton as sk
+    skinny GEMM on its bf16 output after the GEMM (``after``: the overlap form, loading and multiplying beside the
+    GEMM, writing after it), and the next layer's producer reading the GEMM's output behind the skinny launch: the
+    plain launches' bits, eager and replayed in a CUDA graph (a next launch that did not wait for the GEMM through the
+    skinny one would read the GEMM's output early)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
     M, K, layers = 8, 640, 4
@@ -139,7 +138,7 @@ def test_skinny_gemm_overlaps_the_gemm_before_it(cfg):
             hs, res, A, AS, RS = ops.add_rms_norm_rotate_quant(h, res, norm, 1e-6, False, *rot, "e4m3", "group",
                                                                "triton")
             h = impl.gemm(A, AS, RS, w, [0, K], False, "decode", cfg=cfg and impl.DECODE[cfg])
-            ys.append(sk.skinny_gemm(hs, b, overlap=True))
+            ys.append(ops.skinny_gemm(hs, b, "triton", h))
         return torch.cat([h, *ys], 1)
 
     assert_same_as_plain(chain, [torch.randn(M, K, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)])

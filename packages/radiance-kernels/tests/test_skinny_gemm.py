@@ -29,8 +29,10 @@ def test_triton_at_bf16_floor(m, n, k, device):
 
 
 def test_deterministic(device):
+    """The same bits call after call, and with ``after`` (the overlap form; any tensor of the device) too."""
     x, w = _inputs(8, 48, 1280, device, seed=1)
     ys = [torch.ops.radiance.skinny_gemm(x, w, "triton") for _ in range(3)]
+    ys += [torch.ops.radiance.skinny_gemm(x, w, "triton", torch.zeros(2, device=device))]
     assert all(torch.equal(ys[0], y) for y in ys[1:])
 
 
@@ -42,6 +44,8 @@ def test_bad_inputs():
         torch.ops.radiance.skinny_gemm(x, w[:, :128], "reference")
     with pytest.raises(ValueError, match="at most 64"):
         torch.ops.radiance.skinny_gemm(torch.zeros(65, 256, dtype=torch.bfloat16), w, "reference")
+    with pytest.raises(ValueError, match="after is on meta"):
+        torch.ops.radiance.skinny_gemm(x, w, "reference", torch.empty(1, device="meta"))
 
 
 @pytest.mark.parametrize("bn,kslice,num_warps,early", [(16, 256, 4, False), (32, 512, 4, False),

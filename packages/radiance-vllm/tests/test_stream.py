@@ -146,6 +146,56 @@ def test_gdn_hybrid_gets_the_producers_and_moe_layers_their_mixers(vllm_config):
     assert moe.post_attention_layernorm is moe_post and not hasattr(moe.linear_attn.out_proj, "radiance_defer_to")
 
 
+def _skinny_linear(N=16, K=128, seed=0):
+    from radiance_vllm.skinny_method import SkinnyLinearMethod
+
+    lin, g = torch.nn.Module(), torch.Generator().manual_seed(seed)
+    lin.quant_method = SkinnyLinearMethod()
+    lin.weight = torch.nn.Parameter(torch.randn(N, K, generator=g).to(torch.bfloat16), requires_grad=False)
+    lin.quant_method.process_weights_after_loading(lin)
+    return lin
+
+
+def test_gdn_in_proj_ba_runs_after_in_proj_qkvz(vllm_config):
+    """A GDN layer whose in_proj_ba is on the skinny GEMM runs it after in_proj_qkvz's GEMM (``radiance_overlap``);
+    one left on another method is not touched."""
+    layer = _decoder_layer(mixer="linear_attn")
+    layer.linear_attn.in_proj_ba = ba = _skinny_linear()
+    plain = _decoder_layer(mixer="linear_attn")
+    stream.install(torch.nn.ModuleList([layer, plain]))
+    assert layer.linear_attn.in_proj_qkvz.radiance_overlap is ba
+    assert not hasattr(plain.linear_attn.in_proj_qkvz, "radiance_overlap")
+
+
+def test_skinny_runs_after_the_gemm_only_for_its_input_of_this_forward(monkeypatch):
+    """in_proj_ba gets in_proj_qkvz's GEMM output as ``after`` only for the very input that GEMM's producer handed it,
+    once; a record of an earlier forward is cleared by the next hand-over (in_proj_ba running first then gets none);
+    the output is the plain call's either way."""
+    from radiance_vllm import kernel_calls
+
+    qkvz, ba = Consumer(), _skinny_linear()
+    qkvz.radiance_overlap = ba
+    seen, real = [], kernel_calls.skinny_gemm
+
+    def spy(x, w, backend, after=None):
+        seen.append(after)
+        return real(x, w, backend, after)
+
+    monkeypatch.setattr(kernel_calls, "skinny_gemm", spy)
+    hs, y = torch.randn(3, 128).to(torch.bfloat16), torch.zeros(3, 8)
+    stream._hand_over(qkvz, hs, None, None, None)
+    stream.hand_after(qkvz, hs, y)
+    out = ba.quant_method.apply(ba, hs)  # after the GEMM: overlap
+    assert ba.quant_method.apply(ba, hs).equal(out)  # consumed once
+    stream.hand_after(qkvz, hs, y)
+    stream._hand_over(qkvz, hs, None, None, None)  # the next forward's producer, before its GEMM
+    ba.quant_method.apply(ba, hs)
+    stream.hand_after(qkvz, hs, y)
+    ba.quant_method.apply(ba, hs.clone())  # another tensor
+    assert [a is y for a in seen] == [True, False, False, False] and seen[1:] == [None] * 3
+    assert out.equal((hs.float() @ ba.weight.float().t()).to(torch.bfloat16))
+
+
 def test_gdn_norm_folded_into_the_core_stays_vllms(vllm_config, capsys):
     """Where vLLM's GDN core computes the output norm itself (CUDA speculative decode), the norm is left alone —
     out_proj rotates its own input — and the log says so; the layer's other producers are installed."""

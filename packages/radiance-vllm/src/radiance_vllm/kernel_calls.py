@@ -65,9 +65,10 @@ def split_sum(parts: torch.Tensor) -> torch.Tensor:
     return _activation(parts)
 
 
-def skinny_gemm(x: torch.Tensor, w: torch.Tensor, backend: str) -> torch.Tensor:
-    """bf16 x [M, K] @ w [N, K].T for tiny N (split-K, deterministic), bf16 [M, N]."""
-    return torch.ops.radiance.skinny_gemm(x, w, backend)
+def skinny_gemm(x: torch.Tensor, w: torch.Tensor, backend: str, after: torch.Tensor | None = None) -> torch.Tensor:
+    """bf16 x [M, K] @ w [N, K].T for tiny N (split-K, deterministic), bf16 [M, N]; ``after``: the output of the GEMM
+    that ran on x's producer's activations just before (the overlap form, the same bits)."""
+    return torch.ops.radiance.skinny_gemm(x, w, backend, after)
 
 
 def prepare_mxfp4(weight_packed, weight_scale) -> MXPrepared:

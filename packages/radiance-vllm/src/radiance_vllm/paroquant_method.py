@@ -81,6 +81,8 @@ class ParoQuantLinearMethod(LinearMethodBase):
             stream.defer(producer, y, parts)
             return y.reshape(*x.shape[:-1], y.shape[-1])
         y = kernel_calls.w4a8_gemm(A, AS, RS, layer.w4a8, layer.rot_bounds_list, s.pq_zpe, backend)
+        if handed is not None:
+            stream.hand_after(layer, x2, y)
         if s.checkall:
             checkall.check_w4a8(layer, x2, A, AS, RS, y)
         y = y.to(x.dtype)

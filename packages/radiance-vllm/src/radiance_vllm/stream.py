@@ -12,6 +12,9 @@ and ``mlp.act_fn`` (SiluAndMul) → ``mlp.down_proj``:
 - the activation becomes ``radiance::gated_rotate_quant("silu_mul")``;
 - the GDN's ``RMSNormGated`` (norm before the SiLU gate, 128-channel heads) becomes
   ``radiance::gated_rotate_quant("gated_rms_norm")``;
+- ``in_proj_ba`` (bf16, on our skinny GEMM) runs after ``in_proj_qkvz``'s GEMM, which waited for the norm's output
+  they both read, so it loads and multiplies beside that GEMM and writes after it (:func:`hand_after`,
+  ``radiance::skinny_gemm``'s ``after``; H100 call 194: the 64-layer chained stack −0.6 to −0.9 %);
 - the attention output gate of Qwen3-Next — inline code in vLLM's forward (``attn_output * torch.sigmoid(gate)``
   before ``o_proj``), not a module — becomes ``radiance::gated_rotate_quant("sigmoid_gate")``: the attention's
   forward is replaced by the same calls with that line as ``o_proj``'s producer (:func:`_gated_attention_forward`),
@@ -62,6 +65,9 @@ class StreamPatternError(RuntimeError):
 
 def _hand_over(consumer, hs: torch.Tensor, A, AS, RS) -> None:
     consumer.stream_input = (hs, A, AS, RS)
+    sibling = getattr(consumer, "radiance_overlap", None)
+    if sibling is not None:  # a GEMM output recorded in an earlier forward never meets this one's input
+        sibling.radiance_after = None
 
 
 def _same_tensor(handed: torch.Tensor, x: torch.Tensor) -> bool:
@@ -86,6 +92,22 @@ def take(layer, x: torch.Tensor):
         raise StreamPartitionError(f"{layer.prefix}: producer gave activations {tuple(A.shape)} for input "
                                    f"{tuple(x.shape)}; the layer has {runs} rotation partition(s)")
     return A, AS, RS
+
+
+def hand_after(layer, x: torch.Tensor, y: torch.Tensor) -> None:
+    """``layer``'s GEMM made ``y`` from the activations its producer handed it for ``x``, so it waited for the write
+    of ``x``: the skinny linear reading the same ``x`` (``radiance_overlap``: in_proj_ba beside in_proj_qkvz) may run
+    after it in the overlap form (``radiance::skinny_gemm``'s ``after``)."""
+    sibling = getattr(layer, "radiance_overlap", None)
+    if sibling is not None:
+        sibling.radiance_after = (x, y)
+
+
+def take_after(layer, x: torch.Tensor) -> torch.Tensor | None:
+    """The GEMM output :func:`hand_after` recorded for exactly ``x`` (or a view with its rows), once; else None."""
+    handed = getattr(layer, "radiance_after", None)
+    layer.radiance_after = None
+    return handed[1] if handed is not None and _same_tensor(handed[0], x) else None
 
 
 def defer(producer, token: torch.Tensor, parts: torch.Tensor) -> None:
@@ -312,6 +334,9 @@ def _fuse(layer, plan: _Plan) -> None:
     first, out = (getattr(plan.mixer, a) for a in MIXERS[plan.mixer_name])
     layer.input_layernorm = StreamRMSNorm(layer.input_layernorm, first, plan.gemma_in)
     first.radiance_fed_by = "input_layernorm"
+    ba = getattr(plan.mixer, "in_proj_ba", None)
+    if plan.mixer_name == "linear_attn" and _is_skinny(ba):  # in_proj_ba reads in_proj_qkvz's input, after it
+        first.radiance_overlap = ba
     if plan.output == "gated_rms_norm":
         plan.mixer.norm = StreamGatedRMSNorm(plan.mixer.norm, out)
     elif plan.output == "sigmoid_gate":
@@ -325,6 +350,12 @@ def _fuse(layer, plan: _Plan) -> None:
         layer.mlp.act_fn = StreamSiluMul(layer.mlp.down_proj)
         layer.mlp.gate_up_proj.radiance_fed_by, layer.mlp.down_proj.radiance_fed_by = "post_attention_layernorm", \
             "silu_mul"
+
+
+def _is_skinny(linear) -> bool:
+    from radiance_vllm.skinny_method import SkinnyLinearMethod
+
+    return isinstance(getattr(linear, "quant_method", None), SkinnyLinearMethod)
 
 
 def _defer_pairs(layer, plan: _Plan, next_norm) -> list[tuple[torch.nn.Module, torch.nn.Module]]:

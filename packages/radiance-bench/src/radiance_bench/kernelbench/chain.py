@@ -21,14 +21,12 @@ its ``defer`` entries, tuned with the producer); on the same configs both forms 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 
 from radiance_bench.kernelbench.cases import activations, w4_weight, w4a8_gemm
 from radiance_bench.kernelbench.timeline import Role
 from radiance_kernels.formats.rotation import GROUP
-from radiance_kernels.ops.skinny_gemm import triton as sk
 from radiance_kernels.ops.w4a8_gemm import triton as w4
 from radiance_kernels.ops.w4a8_gemm import tuned
 from radiance_kernels.shapes import LAYERS, projections
@@ -80,10 +78,8 @@ def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False, d
     """One decode step over ``layers``: a callable returning the last layer's down output (bf16, or its split
     partials with ``defer``) and the residual stream. ``deferred_configs`` (without ``defer``): the GEMMs the
     deferred step defers reduce in the kernel on the configs it runs them on — its bits. ``overlap_skinny``:
-    in_proj_ba's skinny GEMM in its ``overlap`` form (:func:`radiance_kernels.ops.skinny_gemm.triton.skinny_gemm`:
-    its input is the add+RMSNorm output in_proj_qkvz's GEMM waited for, so it multiplies beside that GEMM)."""
+    in_proj_ba's skinny GEMM after in_proj_qkvz's (``after``: it multiplies beside that GEMM, as served)."""
     ops = torch.ops.radiance
-    skinny = partial(sk.skinny_gemm, overlap=True) if overlap_skinny else partial(ops.skinny_gemm, backend="triton")
 
     def rot(wt):
         return wt.pairs, wt.theta, wt.cs, elem, "group", "triton"
@@ -103,9 +99,9 @@ def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False, d
         for L in layers:
             first = L.w["qkv" if L.attn else "in_proj_qkvz"]
             hs, res, *pre = ops.add_rms_norm_rotate_quant(x, res, L.norms[0], EPS, True, *rot(first))
-            gemm(first, pre, False)  # to the core
+            y = gemm(first, pre, False)  # to the core
             if not L.attn:
-                skinny(hs, L.ba)
+                ops.skinny_gemm(hs, L.ba, "triton", y if overlap_skinny else None)
             wo = L.w["o_proj" if L.attn else "out_proj"]
             kind, weight = ("sigmoid_gate", None) if L.attn else ("gated_rms_norm", L.gnorm)
             o = gemm(wo, ops.gated_rotate_quant(kind, *L.core, weight, EPS, *rot(wo)), True)
