@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU call's table A/B: install CANDIDATE as this GPU's tuned table, run the tuned tests on it, then the stack
-# (weights of STACK_BITS bits: 4 unless set) on the committed table (or none, where this GPU has none committed) and on CANDIDATE, interleaved PASSES
-# times; the committed state is restored at the end.
-#   usage (GPU machine, repo root): OUT=dir CANDIDATE=table.json [STACK_BITS="4 5"] [PASSES=2] bash tools/device/ab_table.sh
+# (weights of STACK_BITS bits, 4 unless set) on the committed table (or none, where this GPU has none committed) and
+# on CANDIDATE, interleaved PASSES times; the committed state is restored at the end.
+#   usage (GPU machine, repo root):
+#     OUT=dir CANDIDATE=table.json [STACK_BITS="4 5"] [PASSES=2] bash tools/device/ab_table.sh
 set -uo pipefail
 : "${OUT:?}" "${CANDIDATE:?}"
 mkdir -p "$OUT"

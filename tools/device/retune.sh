@@ -4,13 +4,14 @@
 # plus these runs, run the tuned tests on it, then the stack of the same weights on the committed table and on the
 # rebuilt one, interleaved PASSES times (tools/device/ab_table.sh).
 # Commit the table rebuilt here from the committed copies of $OUT/v*/ (kernelbench.tune), not $OUT/table.json.
-#   usage (GPU machine, repo root): OUT=dir DECODE_M="1 16" CONFIGS="a b ..." [BITS="4 5"] [PASSES=2] bash tools/device/retune.sh
+#   usage (GPU machine, repo root):
+#     OUT=dir DECODE_M="1 16" CONFIGS="a b ..." [BITS="4 5"] [PASSES=2] bash tools/device/retune.sh
 set -uo pipefail
 : "${OUT:?}" "${DECODE_M:?}" "${CONFIGS:?}"
 mkdir -p "$OUT"
 for s in decode_variants decode_pairs; do
-  SECTIONS=$s SECTION_BUDGET=${SECTION_BUDGET:-200} BENCH_ARGS="--decode-m $DECODE_M --configs $CONFIGS --bits ${BITS:-4}" \
-    OUT=$OUT/v-$s bash tools/device/h200_run.sh bench
+  SECTIONS=$s SECTION_BUDGET=${SECTION_BUDGET:-200} OUT=$OUT/v-$s \
+    BENCH_ARGS="--decode-m $DECODE_M --configs $CONFIGS --bits ${BITS:-4}" bash tools/device/h200_run.sh bench
 done
 export PYTHONPATH=/tmp/site:packages/radiance-kernels/src:packages/radiance-bench/src
 table=$(python3 -m radiance_kernels.ops.w4a8_gemm.tuned) || exit 1

@@ -253,20 +253,21 @@ def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
 
 
 def stack_profile(results: list, ceil: dict, M: int = 8, bits: tuple[int, ...] = (4,)) -> None:
-    """The chained deferred stack at decode M (:mod:`.chain`), e4m3 and int8 per-group, traced launch by launch
+    """The chained deferred stack at decode M as served (:mod:`.chain`; in_proj_ba's skinny GEMM overlapping
+    in_proj_qkvz's), e4m3 and int8 per-group, traced launch by launch
     (:mod:`.timeline`): per role the exposed time against the weight-stream limit of what it streams, every launch's
     start and end, and the step untraced (best of 5 graph replays) beside the traced one."""
     bw = max(ceil["copy_TBps"], ceil["read_TBps"])  # weights are only read
     for b in bits:
         layers, nbytes = chain.build(M, b)
         for elem, suffix in (("e4m3", ""), ("int8", " int8-group")):
-            run = chain.step(layers, M, elem, defer=True)
+            run = chain.step(layers, M, elem, defer=True, overlap_skinny=True)
             with programmatic_launch(True):
                 ks = timeline.traced_kernels(run)
                 t = graph_time([run], reps=5, min_calls=1)
             rows = timeline.attribute(ks, chain.roles(layers), bw)
             limit_us = nbytes / (bw * 1e12) * 1e6
-            _record(results, "stack_profile", f"64-layer chained int{b}{suffix} deferred", t, M=M,
+            _record(results, "stack_profile", f"64-layer chained int{b}{suffix} deferred skinny-overlap", t, M=M,
                     label=f"int{b}{suffix}", step_us=ks[-1]["end"], untraced_us=t.best_us, limit_us=limit_us,
                     vs_limit=t.best_us / limit_us, roles=rows, launches=ks)
             print(timeline.table(rows), flush=True)
