@@ -170,6 +170,43 @@ def test_early_constants_compile_for_sm90():
         assert l2["ld_after"] == late["ld_after"], (l2, late)
 
 
+L2PF_SM90 = """
+import json
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from radiance_kernels.ops.stream.triton import _prologue_kernel, _ss_partials_kernel
+types = dict(a_ptr="*i16", b_ptr="*i16", w_ptr="*i16", hs_ptr="*i16", res_ptr="*i16", mate_ptr="*i32",
+             cs_ptr="*fp16", q_ptr="*u8", plan_ptr="*i64", eps="fp32", inv_qmax="fp32")
+prologue = dict(PRODUCER=3, GEMMA=False, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=False, NL=8, HW=True, BM=1,
+                SCRATCH=True, NW=1, FOLD=0, TSPLIT=0, WAIT=True, XA=2, XB=2, EARLY=1)
+partials = dict(DT=2, BM=1, XA=2, XB=0, WAIT=True, TRIGGER=True, NT=32)
+out = []
+for k, ce in ((_prologue_kernel, prologue), (_ss_partials_kernel, partials)):
+    for l2pf in (False, True):
+        ce = dict(ce, L2PF=l2pf)
+        sig = {n: "constexpr" if n in ce else types.get(n, "*fp32" if n.endswith("_ptr") else "i32")
+               for n in k.arg_names}
+        ptx = triton.compile(ASTSource(fn=k, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
+                             options={"num_warps": 1, "enable_fp_fusion": False}).asm["ptx"]
+        head, wait, tail = ptx.partition("griddepcontrol.wait")
+        out.append(dict(kernel=k.fn.__name__, l2pf=l2pf, wait=bool(wait), before=head.count("cp.async.bulk.prefetch"),
+                        after=tail.count("cp.async.bulk.prefetch")))
+print(json.dumps(out))
+"""
+
+
+def test_l2_prefetch_compiles_before_the_wait_sm90():
+    """sm_90: with ``L2PF`` the first launch of a producer — the fused prologue, or the split add+RMSNorm's partials
+    launch — issues its consumer's bulk L2 prefetches before its programmatic wait, and none after it; without, none."""
+    rows = compiled_for_sm90(L2PF_SM90)
+    assert [(r["kernel"], r["l2pf"]) for r in rows] == [(k, f) for k in ("_prologue_kernel", "_ss_partials_kernel")
+                                                        for f in (False, True)]
+    for r in rows:
+        assert r["wait"] and r["after"] == 0, r
+        assert r["before"] == (1 if r["l2pf"] else 0), r
+
+
 @pytest.mark.parametrize("name, dtype", [("silu_mul", torch.bfloat16), ("gated_rms_norm_k", torch.float16)])
 def test_token_split_equals_walk_bytewise(device, name, dtype):
     """Per-token split in two launches (per-group amax partials, folded) and the row-wide walk both equal the

@@ -28,3 +28,19 @@ def prefetch_l2(ptrs):
     only where programmatic launch runs."""
     tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
                               is_pure=False, pack=1)
+
+
+@triton.jit
+def prefetch_ranges(plan_ptr, n, pid, nprog, NT: tl.constexpr):
+    """``cp.async.bulk.prefetch.L2`` (sm_90) of the ``n`` byte ranges of ``plan`` — int64 ``[2, n]``: start
+    addresses, then sizes (16-byte aligned multiples of 16) —, range ``e`` issued by program ``e % nprog`` (one lane
+    each, ``NT`` lanes a program): a consumer's first weight tiles pulled into the L2 while DRAM has nothing else to
+    do. A hint (nothing is read into registers); NVIDIA PTX, so only where programmatic launch runs."""
+    for base in range(0, n, nprog * NT):
+        e = base + pid + nprog * tl.arange(0, NT)
+        live = e < n
+        start = tl.load(plan_ptr + e, mask=live, other=0)
+        size = tl.load(plan_ptr + n + e, mask=live, other=0).to(tl.int32)
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r", [start, size], dtype=tl.int32, is_pure=False, pack=1)

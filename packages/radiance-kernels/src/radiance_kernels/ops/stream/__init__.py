@@ -4,16 +4,21 @@ plain producer → ``rotate_quant``).
 
 - ``add_rms_norm(x, residual, weight, eps, gemma, backend) -> (hs, residual')``
 - ``add_rms_norm_rotate_quant(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem,
-  granularity, backend) -> (hs, residual', A, AS, RS)``
+  granularity, backend, l2_prefetch=None) -> (hs, residual', A, AS, RS)``
 - ``gated(kind, x, gate, weight?, eps, backend) -> out`` with kind ``silu_mul`` | ``sigmoid_gate`` |
   ``gated_rms_norm``
 - ``gated_rotate_quant(kind, x, gate, weight?, eps, pairs, theta, channel_scales, elem, granularity,
-  backend) -> (A, AS, RS)``
+  backend, l2_prefetch=None) -> (A, AS, RS)``
 
 Activations [M, K] bf16/fp16/fp32 (rows may be strided, channels contiguous), weights 1-D in the
 activation dtype; records and outputs as in :mod:`radiance_kernels.ops.rotate_quant`. ``x`` and ``gate`` may each be
 a split-K GEMM's fp32 partials [S, M, K] (``radiance::w4a8_gemm_partials``): the kernels sum them as they load them
 (the GEMM's own reduction, bit for bit) and the activations are bf16 (:mod:`.reference`). Version 2: the partials.
+
+``l2_prefetch`` (the fused ops, version 3; triton backend where programmatic launch runs): the consumer GEMM's first
+weight tiles as byte ranges (:func:`radiance_kernels.ops.w4a8_gemm.triton.l2_prefetch_plan`), pulled into the L2 by
+the producer's programs before they wait for the launch before them — DRAM is idle between two GEMMs' streams. A
+hint: the outputs do not change; a backend that cannot prefetch raises rather than drop it.
 """
 
 from __future__ import annotations
@@ -27,16 +32,18 @@ from radiance_kernels.ops.rotate_quant import reference as rq_ref
 from radiance_kernels.ops.stream import reference
 
 VERSION = 2
+RQ_VERSION = 3
 
 
-def _launch(producer, a, b, weight, eps, rotation=None, elem=None, granularity=None, store_hs=True):
+def _launch(producer, a, b, weight, eps, rotation=None, elem=None, granularity=None, store_hs=True,
+            l2_prefetch=None):
     from radiance_kernels.ops.stream import triton as impl
 
     if rotation is not None:
         rq_ref.check_records(*rotation, a.shape[-1])
         rq_ref.check_quant(elem, granularity)
     return impl.launch(producer, a, b, weight, eps, rotation, elem, granularity, store_hs=store_hs,
-                       hw=not triton_interpreted())
+                       hw=not triton_interpreted(), l2_prefetch=l2_prefetch)
 
 
 def _norm_name(gemma: bool) -> str:
@@ -49,9 +56,11 @@ def _triton_add_rms_norm(x, residual, weight, eps, gemma):
     return out["hs"], out["residual"]
 
 
-def _triton_add_rms_norm_rq(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity):
+def _triton_add_rms_norm_rq(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity,
+                            l2_prefetch):
     reference.check_add_rms_norm(x, residual, weight)
-    out = _launch(_norm_name(gemma), x, residual, weight, eps, (pairs, theta, channel_scales), elem, granularity)
+    out = _launch(_norm_name(gemma), x, residual, weight, eps, (pairs, theta, channel_scales), elem, granularity,
+                  l2_prefetch=l2_prefetch)
     return out["hs"], out["residual"], out["A"], out["AS"], out["RS"]
 
 
@@ -60,17 +69,28 @@ def _triton_gated(kind, x, gate, weight, eps):
     return _launch(kind, x, gate, weight, eps)["hs"]
 
 
-def _triton_gated_rq(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity):
+def _triton_gated_rq(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, l2_prefetch):
     reference.check_gated(kind, x, gate, weight)
-    out = _launch(kind, x, gate, weight, eps, (pairs, theta, channel_scales), elem, granularity, store_hs=False)
+    out = _launch(kind, x, gate, weight, eps, (pairs, theta, channel_scales), elem, granularity, store_hs=False,
+                  l2_prefetch=l2_prefetch)
     return out["A"], out["AS"], out["RS"]
 
 
+def _no_prefetch(fn):
+    """The reference of a fused op: it has no L2 to prefetch into, and says so rather than drop the plan."""
+    def ref(*args):
+        if args[-1] is not None:
+            raise ValueError(f"{fn.__name__}: the reference backend has no L2 prefetch; pass l2_prefetch=None")
+        return fn(*args[:-1])
+    return ref
+
+
 register_op("add_rms_norm", VERSION, reference=reference.add_rms_norm, triton=_triton_add_rms_norm)
-register_op("add_rms_norm_rotate_quant", VERSION, reference=reference.add_rms_norm_rotate_quant,
+register_op("add_rms_norm_rotate_quant", RQ_VERSION, reference=_no_prefetch(reference.add_rms_norm_rotate_quant),
             triton=_triton_add_rms_norm_rq)
 register_op("gated", VERSION, reference=reference.gated, triton=_triton_gated)
-register_op("gated_rotate_quant", VERSION, reference=reference.gated_rotate_quant, triton=_triton_gated_rq)
+register_op("gated_rotate_quant", RQ_VERSION, reference=_no_prefetch(reference.gated_rotate_quant),
+            triton=_triton_gated_rq)
 
 
 @torch.library.custom_op("radiance::add_rms_norm", mutates_args=())
@@ -93,14 +113,14 @@ def _(x, residual, weight, eps, gemma, backend):
 def add_rms_norm_rotate_quant(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool,
     pairs: torch.Tensor, theta: torch.Tensor, channel_scales: torch.Tensor, elem: str, granularity: str,
-    backend: str,
+    backend: str, l2_prefetch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return implementation("add_rms_norm_rotate_quant", backend, x.device)(
-        x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity)
+        x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, l2_prefetch)
 
 
 @add_rms_norm_rotate_quant.register_fake
-def _(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, backend):
+def _(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, backend, l2_prefetch=None):
     return (_fake_act(x), _fake_act(x), *fake_outputs(x, pairs, elem, granularity))
 
 
@@ -120,12 +140,12 @@ def _(kind, x, gate, weight, eps, backend):
 def gated_rotate_quant(
     kind: str, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | None, eps: float,
     pairs: torch.Tensor, theta: torch.Tensor, channel_scales: torch.Tensor, elem: str, granularity: str,
-    backend: str,
+    backend: str, l2_prefetch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return implementation("gated_rotate_quant", backend, x.device)(
-        kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity)
+        kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, l2_prefetch)
 
 
 @gated_rotate_quant.register_fake
-def _(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, backend):
+def _(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, backend, l2_prefetch=None):
     return fake_outputs(x, pairs, elem, granularity)

@@ -778,6 +778,13 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     return cfg
 
 
+def _table_entry(device, op: str, band: str, M: int, N: int, K: int, int8: bool, bits: int, defer: bool):
+    """The committed table's entry for this launch on ``device`` (None: no entry, or not a CUDA launch)."""
+    if triton_interpreted() or torch.device(device).type != "cuda":
+        return None
+    return tuned.entry(torch.cuda.get_device_name(device), op, band, M, N, K, "int8" if int8 else "e4m3", bits, defer)
+
+
 def resolve_band(band: str, M: int, op: str) -> str:
     if band == "auto":
         return "decode" if M <= DECODE_MAX_M else "prefill"
@@ -820,10 +827,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         raise ValueError(f"{op}: split partials out (defer) is a decode-band form, got band {band!r}")
     if reduced and not defer:
         raise ValueError(f"{op}: reduced is a knob of the split partials form (defer)")
-    if cfg is None and not interp and torch.device(device).type == "cuda":  # the GPU's committed A/B winner
-        act = "int8" if constexprs.get("INT8") else "e4m3"
-        entry = tuned.entry(torch.cuda.get_device_name(device), op, band, M, N, K, act, constexprs.get("BITS", 4),
-                            defer)
+    if cfg is None:  # the GPU's committed A/B winner
+        entry = _table_entry(device, op, band, M, N, K, constexprs.get("INT8"), constexprs.get("BITS", 4), defer)
         cfg = None if entry is None else (DECODE if band == "decode" else PREFILL)[entry["config"]]
         if reduced is None:
             reduced = bool(defer and entry and entry.get("reduced"))
@@ -954,6 +959,36 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
+
+
+def l2_prefetch_plan(M: int, w: W4Prepared, int8: bool, budget: int, defer: bool = False,
+                     chunk: int = 1 << 16) -> torch.Tensor:
+    """What the decode GEMM of ``M`` tokens on ``w`` (:func:`gemm`, the decode band; ``defer``: its partials form)
+    reads first, for its producer to pull into the L2 (:func:`radiance_kernels.tl.pdl.prefetch_ranges`): the first
+    ``F`` groups of every split's K range — per group ``wq``'s 16 word rows, ``sz``'s row and (int5) ``wh``'s 16 byte
+    rows, all N columns: one contiguous run per split and tensor — with ``F`` the most groups within ``budget`` bytes,
+    at least 1 (the stage every program's ring waits for first). The split count is the launch's own (the tuned
+    table's pick for this M, shape and activation element). Returns int64 ``[2, R]``: start addresses, then sizes
+    of at most ``chunk`` bytes."""
+    if M < 1 or M > DECODE_MAX_M:
+        raise ValueError(f"l2_prefetch_plan: a decode-band GEMM (1 <= M <= {DECODE_MAX_M}), got M={M}")
+    if budget <= 0 or chunk <= 0 or chunk % 16:
+        raise ValueError(f"l2_prefetch_plan: budget > 0 and chunk a positive multiple of 16, got {budget}, {chunk}")
+    K, N = w.wq.shape[0] * 8, w.sz.shape[1]
+    G = K // GROUP
+    entry = _table_entry(w.wq.device, "w4a8_gemm", "decode", M, N, K, int8, w.bits, defer)
+    cfg = config(M, N, K, "decode", triton_interpreted(), entry and DECODE[entry["config"]],
+                 GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT)
+    tensors = (w.wq, w.sz) + ((w.wh,) if w.bits == 5 else ())
+    per_group = [t.shape[0] // G * t.shape[1] * t.element_size() for t in tensors]  # bytes of one group's rows
+    F = max(1, min(cfg["per"], budget // (cfg["splits"] * sum(per_group))))
+    starts, sizes = [], []
+    for t, nbytes in zip(tensors, per_group):
+        for g0 in range(0, G, cfg["per"]):
+            lo, hi = t.data_ptr() + g0 * nbytes, t.data_ptr() + min(g0 + F, G) * nbytes
+            starts += range(lo, hi, chunk)
+            sizes += [min(chunk, hi - a) for a in range(lo, hi, chunk)]
+    return torch.tensor([starts, sizes], dtype=torch.int64, device=w.wq.device)
 
 
 def prefill_default(device, bits: int, int8: bool, K: int, M: int) -> str:
