@@ -315,6 +315,37 @@ def test_ops_dispatch_and_outputs(device):
         torch.ops.radiance.gated("gelu", a, b, None, 0.0, "reference")
 
 
+@pytest.mark.parametrize("name", ("add_rms_gemma", "silu_mul", "gated_rms_norm"))
+def test_l2_prefetch_same_bytes_or_refused(device, name):
+    """A plan of the consumer GEMM's first weight tiles changes no output byte where programmatic launch runs (the
+    split add+RMSNorm's partials launch issues it); elsewhere — the interpreter, the reference backend — asking for
+    it raises rather than drop it."""
+    from radiance_kernels.backends import programmatic_launch, programmatic_launch_on
+    from radiance_kernels.ops.w4a8_gemm import prepare_codes
+    from radiance_kernels.ops.w4a8_gemm import triton as w4
+
+    M, K, P = 8, 384, 2
+    a, b, w = inputs(name, M, K, torch.bfloat16, 21, device)
+    recs = random_rotations(P, K, seed=4, device=device)
+    gen = torch.Generator().manual_seed(3)
+    wt = prepare_codes(torch.randint(0, 16, (K, 512), generator=gen), torch.randint(0, 16, (K // 128, 512),
+                       generator=gen), torch.rand(K // 128, 512, generator=gen).half() + 0.5, 4)
+    wt = type(wt)(*(t.to(device) for t in wt[:3]), 4)
+    plan = w4.l2_prefetch_plan(M, wt, False, 1 << 20, chunk=4096)
+    kw = dict(rotation=recs, elem="e4m3", granularity="group", store_hs=name.startswith("add_rms"))
+    with programmatic_launch(True):
+        if programmatic_launch_on(device):
+            want = launch(name, a, b, w, **kw)
+            got = launch(name, a, b, w, l2_prefetch=plan, **kw)
+            assert_same(got, (want["A"], want["AS"], want["RS"]))
+            assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
+        else:
+            with pytest.raises(ValueError, match="runs where programmatic launch does"):
+                launch(name, a, b, w, l2_prefetch=plan, **kw)
+    with pytest.raises(ValueError, match="reference backend has no L2 prefetch"):
+        torch.ops.radiance.gated_rotate_quant("silu_mul", a, b, None, EPS, *recs, "e4m3", "group", "reference", plan)
+
+
 def test_producers_follow_vllm_semantics():
     """The radiance producers (own exp, tree sums) against the torch formulas vLLM uses: residual exact,
     outputs within one bf16 ulp and nearly always equal."""

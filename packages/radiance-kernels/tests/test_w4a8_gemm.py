@@ -232,6 +232,36 @@ def test_split_partials_out_bit_exact(name, splits, device):
         impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg, reduced=True)
 
 
+@pytest.mark.parametrize("bits", [4, 5])
+def test_l2_prefetch_plan_covers_each_splits_first_groups(bits):
+    """The plan names, for every split of the launch's own config, the first F groups' rows of wq, sz (int5: wh) —
+    nothing else, each byte once — in 16-byte aligned ranges of at most ``chunk`` bytes; F is the most groups the
+    budget holds over all splits, at least one, at most a split's groups."""
+    from radiance_kernels.ops.w4a8_gemm import triton as impl
+
+    M, K, N = 8, 1280, 256
+    w = prepare_codes(*weights(K, N, bits), bits)
+    G = K // 128
+    from radiance_kernels.backends import triton_interpreted
+
+    cfg = impl.config(M, N, K, "decode", triton_interpreted(), None,
+                      impl.GEMV_DEFAULT if impl.GEMV_MAX_M >= M else impl.DECODE_DEFAULT)
+    tensors = (w.wq, w.sz) + ((w.wh,) if bits == 5 else ())
+    group_bytes = [t.shape[0] // G * t.shape[1] * t.element_size() for t in tensors]
+    assert group_bytes[:2] == [64 * N, 4 * N]
+    for budget, F in ((1, 1), (cfg["splits"] * sum(group_bytes) * 2, 2), (1 << 40, cfg["per"])):
+        starts, sizes = impl.l2_prefetch_plan(M, w, False, budget, chunk=4096).tolist()
+        assert all(a % 16 == 0 and 0 < n <= 4096 and n % 16 == 0 for a, n in zip(starts, sizes))
+        got = sorted(b for a, n in zip(starts, sizes) for b in range(a, a + n))
+        want = sorted(t.data_ptr() + b for t, gb in zip(tensors, group_bytes) for g0 in range(0, G, cfg["per"])
+                      for b in range(g0 * gb, min(g0 + F, G) * gb))
+        assert got == want, (budget, F)
+    with pytest.raises(ValueError, match="decode-band"):
+        impl.l2_prefetch_plan(65, w, False, 1)
+    with pytest.raises(ValueError, match="budget > 0"):
+        impl.l2_prefetch_plan(M, w, False, 0)
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_split_partials_compile_fullgraph(dynamic, device):
     """The partials op feeding a producer traces whole under torch.compile (its fake output has a split count of its
