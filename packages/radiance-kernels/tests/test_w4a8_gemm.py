@@ -10,12 +10,16 @@ import struct
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from conftest import FULL_SHAPES, GPU, REL, compiled_for_sm90, gemm_error
 
 from radiance_kernels import shapes
 from radiance_kernels.formats import awq, e4m3
+from radiance_kernels.backends import triton_interpreted
 from radiance_kernels.ops.arrivals import counters
 from radiance_kernels.ops.w4a8_gemm import prepare, prepare_codes, unprepare
+from radiance_kernels.tl.pdl import first_groups_chunk
 
 GPU_CUDA = GPU and torch.version.cuda is not None
 SM90 = GPU_CUDA and torch.cuda.get_device_capability() == (9, 0)
@@ -232,34 +236,46 @@ def test_split_partials_out_bit_exact(name, splits, device):
         impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg, reduced=True)
 
 
+@triton.jit
+def _chunks_kernel(out_ptr, q, per, splits, F, G, n, CH: tl.constexpr, NT: tl.constexpr):
+    e = tl.arange(0, NT).to(tl.int64)
+    lo, size = first_groups_chunk(e, q, per, splits, F, G, CH)
+    tl.store(out_ptr + e, lo, mask=e < n)
+    tl.store(out_ptr + n + e, size, mask=e < n)
+
+
 @pytest.mark.parametrize("bits", [4, 5])
-def test_l2_prefetch_plan_covers_each_splits_first_groups(bits):
-    """The plan names, for every split of the launch's own config, the first F groups' rows of wq, sz (int5: wh) —
-    nothing else, each byte once — in 16-byte aligned ranges of at most ``chunk`` bytes; F is the most groups the
-    budget holds over all splits, at least one, at most a split's groups."""
+def test_l2_prefetch_covers_each_splits_first_groups(bits, device):
+    """The prefetch (:func:`radiance_kernels.tl.pdl.prefetch_first_groups`, under the interpreter its chunk
+    arithmetic) names, for every split of the launch's own config, the first F groups' rows of wq, sz (int5: wh) —
+    nothing else, each byte once — in 16-byte aligned chunks of at most CH bytes; F is the most groups the budget
+    holds over all splits, at least one, at most a split's groups."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
 
-    M, K, N = 8, 1280, 256
+    M, K, N, CH = 8, 1280, 256, 4096
     w = prepare_codes(*weights(K, N, bits), bits)
     G = K // 128
-    from radiance_kernels.backends import triton_interpreted
-
     cfg = impl.config(M, N, K, "decode", triton_interpreted(), None,
                       impl.GEMV_DEFAULT if impl.GEMV_MAX_M >= M else impl.DECODE_DEFAULT)
-    tensors = (w.wq, w.sz) + ((w.wh,) if bits == 5 else ())
-    group_bytes = [t.shape[0] // G * t.shape[1] * t.element_size() for t in tensors]
-    assert group_bytes[:2] == [64 * N, 4 * N]
+    group_bytes = [64 * N, 4 * N] + [16 * N] * (bits == 5)
     for budget, F in ((1, 1), (cfg["splits"] * sum(group_bytes) * 2, 2), (1 << 40, cfg["per"])):
-        starts, sizes = impl.l2_prefetch_plan(M, w, False, budget, chunk=4096).tolist()
-        assert all(a % 16 == 0 and 0 < n <= 4096 and n % 16 == 0 for a, n in zip(starts, sizes))
-        got = sorted(b for a, n in zip(starts, sizes) for b in range(a, a + n))
-        want = sorted(t.data_ptr() + b for t, gb in zip(tensors, group_bytes) for g0 in range(0, G, cfg["per"])
-                      for b in range(g0 * gb, min(g0 + F, G) * gb))
-        assert got == want, (budget, F)
+        per, splits, f, regions = impl.l2_prefetch_spec(M, w, False, budget)
+        assert (per, splits, f) == (cfg["per"], cfg["splits"], F)
+        assert [(t.data_ptr(), q) for t, q in regions] == \
+            [(t.data_ptr(), q) for t, q in zip((w.wq, w.sz, w.wh), group_bytes)]
+        for t, q in regions:
+            n = splits * -(-F * q // CH)
+            out = torch.zeros(2, n, dtype=torch.int64, device=device)
+            _chunks_kernel[(1,)](out, q, per, splits, F, G, n, CH=CH, NT=triton.next_power_of_2(n))
+            starts, sizes = out.tolist()
+            assert all(a % 16 == 0 and b % 16 == 0 and b <= CH for a, b in zip(starts, sizes)), (q, out)
+            got = sorted(x for a, b in zip(starts, sizes) for x in range(a, a + max(b, 0)))
+            want = [b for g0 in range(0, G, per) for b in range(g0 * q, min(g0 + F, G) * q)]
+            assert got == want, (budget, q)
     with pytest.raises(ValueError, match="decode-band"):
-        impl.l2_prefetch_plan(65, w, False, 1)
-    with pytest.raises(ValueError, match="budget > 0"):
-        impl.l2_prefetch_plan(M, w, False, 0)
+        impl.l2_prefetch_spec(65, w, False, 1)
+    with pytest.raises(ValueError, match="positive byte count"):
+        impl.l2_prefetch_spec(M, w, False, 0)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

@@ -84,15 +84,12 @@ def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False, d
     ops = torch.ops.radiance
     budget = int(l2_prefetch_mb * 2**20)
 
-    def plan(L, name):
-        deferrable = name not in ("qkv", "in_proj_qkvz")
-        return w4.l2_prefetch_plan(M, L.w[name].w, elem == "int8", budget,
-                                   deferrable and (defer or deferred_configs)) if budget else None
-
-    plans = [{name: plan(L, name) for name in L.w} for L in layers]
-
-    def rot(wt):
-        return wt.pairs, wt.theta, wt.cs, elem, "group", "triton"
+    def rot(L, name):
+        """The fused producer's rotation arguments for ``name``'s GEMM, then (``budget``) its L2 prefetch."""
+        wt = L.w[name]
+        deferred = name not in ("qkv", "in_proj_qkvz") and (defer or deferred_configs)
+        return (wt.pairs, wt.theta, wt.cs, elem, "group", "triton",
+                *((wt.w.wq, wt.w.sz, wt.w.wh, budget, deferred) if budget else ()))
 
     def gemm(wt, pre, deferrable):
         if deferrable and defer:
@@ -106,23 +103,22 @@ def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False, d
 
     def run():
         x, res = x0, torch.zeros_like(x0)
-        for L, pf in zip(layers, plans):
+        for L in layers:
             first_name = "qkv" if L.attn else "in_proj_qkvz"
             first = L.w[first_name]
-            hs, res, *pre = ops.add_rms_norm_rotate_quant(x, res, L.norms[0], EPS, True, *rot(first), pf[first_name])
+            hs, res, *pre = ops.add_rms_norm_rotate_quant(x, res, L.norms[0], EPS, True, *rot(L, first_name))
             y = gemm(first, pre, False)  # to the core
             if not L.attn:
                 ops.skinny_gemm(hs, L.ba, "triton", y if overlap_skinny else None)
             out_name = "o_proj" if L.attn else "out_proj"
             wo = L.w[out_name]
             kind, weight = ("sigmoid_gate", None) if L.attn else ("gated_rms_norm", L.gnorm)
-            o = gemm(wo, ops.gated_rotate_quant(kind, *L.core, weight, EPS, *rot(wo), pf[out_name]), True)
-            _, res, *pre = ops.add_rms_norm_rotate_quant(o, res, L.norms[1], EPS, True, *rot(L.w["gate_up"]),
-                                                         pf["gate_up"])
+            o = gemm(wo, ops.gated_rotate_quant(kind, *L.core, weight, EPS, *rot(L, out_name)), True)
+            _, res, *pre = ops.add_rms_norm_rotate_quant(o, res, L.norms[1], EPS, True, *rot(L, "gate_up"))
             gu = gemm(L.w["gate_up"], pre, True)
             d = gu.shape[-1] // 2
             x = gemm(L.w["down"], ops.gated_rotate_quant("silu_mul", gu[..., d:], gu[..., :d], None, EPS,
-                                                         *rot(L.w["down"]), pf["down"]), True)
+                                                         *rot(L, "down")), True)
         return x, res
 
     return run

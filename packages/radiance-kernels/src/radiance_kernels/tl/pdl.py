@@ -30,17 +30,41 @@ def prefetch_l2(ptrs):
                               is_pure=False, pack=1)
 
 
+
 @triton.jit
-def prefetch_ranges(plan_ptr, n, pid, nprog, NT: tl.constexpr):
-    """``cp.async.bulk.prefetch.L2`` (sm_90) of the ``n`` byte ranges of ``plan`` — int64 ``[2, n]``: start
-    addresses, then sizes (16-byte aligned multiples of 16) —, range ``e`` issued by program ``e % nprog`` (one lane
-    each, ``NT`` lanes a program): a consumer's first weight tiles pulled into the L2 while DRAM has nothing else to
-    do. A hint (nothing is read into registers); NVIDIA PTX, so only where programmatic launch runs."""
-    for base in range(0, n, nprog * NT):
-        e = base + pid + nprog * tl.arange(0, NT)
-        live = e < n
-        start = tl.load(plan_ptr + e, mask=live, other=0)
-        size = tl.load(plan_ptr + n + e, mask=live, other=0).to(tl.int32)
+def first_groups_chunk(e, q, per, splits, F, G, CH: tl.constexpr):
+    """Chunk ``e`` of a weight region's first ``F`` groups of every split (``splits`` runs of ``per`` groups of ``q``
+    bytes each, ``G`` groups in all; ``CH``-byte chunks, ``ceil(F q / CH)`` a split): (byte offset, size), size <= 0
+    past the region. Split s covers groups ``[s per, min(s per + F, G))``."""
+    q = q.to(tl.int64)
+    nch = (F * q + CH - 1) // CH
+    s = e // nch
+    lo = s * per * q + e % nch * CH
+    hi = tl.minimum(s * per + F, G) * q
+    size = tl.where(e < splits * nch, tl.minimum(hi - lo, CH), 0)
+    return lo, size
+
+
+@triton.jit
+def _prefetch_region(base, q, per, splits, F, G, pid, nprog, NT: tl.constexpr, CH: tl.constexpr):
+    total = splits * ((F * q.to(tl.int64) + CH - 1) // CH)
+    for e0 in range(0, total, nprog * NT):
+        lo, size = first_groups_chunk(e0 + pid + nprog * tl.arange(0, NT).to(tl.int64), q, per, splits, F, G, CH)
         tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [start, size], dtype=tl.int32, is_pure=False, pack=1)
+            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r", [base.to(tl.pointer_type(tl.uint8)) + lo, size.to(tl.int32)], dtype=tl.int32, is_pure=False,
+            pack=1)
+
+
+@triton.jit
+def prefetch_first_groups(r0, r1, r2, q0, q1, q2, per, splits, F, G, pid, nprog, REGIONS: tl.constexpr,
+                          NT: tl.constexpr, CH: tl.constexpr = 65536):
+    """``cp.async.bulk.prefetch.L2`` (sm_90) of what a split-K GEMM streams first: the first ``F`` groups of each
+    of its ``splits`` K ranges (``per`` groups each) in ``REGIONS`` weight tensors ``r0..`` of ``q0..`` bytes a
+    group (:func:`first_groups_chunk`), ``CH``-byte chunks dealt to the ``nprog`` programs' ``NT`` lanes in turn —
+    a consumer's first weight tiles pulled into the L2 while DRAM has nothing else to do. A hint (nothing is read
+    into registers); NVIDIA PTX, so only where programmatic launch runs."""
+    _prefetch_region(r0, q0, per, splits, F, G, pid, nprog, NT, CH)
+    _prefetch_region(r1, q1, per, splits, F, G, pid, nprog, NT, CH)
+    if REGIONS == 3:
+        _prefetch_region(r2, q2, per, splits, F, G, pid, nprog, NT, CH)

@@ -4,21 +4,23 @@ plain producer → ``rotate_quant``).
 
 - ``add_rms_norm(x, residual, weight, eps, gemma, backend) -> (hs, residual')``
 - ``add_rms_norm_rotate_quant(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem,
-  granularity, backend, l2_prefetch=None) -> (hs, residual', A, AS, RS)``
+  granularity, backend, l2_prefetch_*) -> (hs, residual', A, AS, RS)``
 - ``gated(kind, x, gate, weight?, eps, backend) -> out`` with kind ``silu_mul`` | ``sigmoid_gate`` |
   ``gated_rms_norm``
 - ``gated_rotate_quant(kind, x, gate, weight?, eps, pairs, theta, channel_scales, elem, granularity,
-  backend, l2_prefetch=None) -> (A, AS, RS)``
+  backend, l2_prefetch_*) -> (A, AS, RS)``
 
 Activations [M, K] bf16/fp16/fp32 (rows may be strided, channels contiguous), weights 1-D in the
 activation dtype; records and outputs as in :mod:`radiance_kernels.ops.rotate_quant`. ``x`` and ``gate`` may each be
 a split-K GEMM's fp32 partials [S, M, K] (``radiance::w4a8_gemm_partials``): the kernels sum them as they load them
 (the GEMM's own reduction, bit for bit) and the activations are bf16 (:mod:`.reference`). Version 2: the partials.
 
-``l2_prefetch`` (the fused ops, version 3; triton backend where programmatic launch runs): the consumer GEMM's first
-weight tiles as byte ranges (:func:`radiance_kernels.ops.w4a8_gemm.triton.l2_prefetch_plan`), pulled into the L2 by
-the producer's programs before they wait for the launch before them — DRAM is idle between two GEMMs' streams. A
-hint: the outputs do not change; a backend that cannot prefetch raises rather than drop it.
+``l2_prefetch_*`` (the fused ops, version 3; triton backend where programmatic launch runs): the consumer W4A8 GEMM's
+weights ``l2_prefetch_wq``, ``_sz``, ``_wh`` (as ``radiance::w4a8_gemm`` takes them; int4's empty ``wh`` or None); the producer's programs
+pull ``l2_prefetch_bytes`` of what that GEMM (``l2_prefetch_defer``: its partials form) streams first into the L2
+before they wait for the launch before them — DRAM idles between two GEMMs' streams
+(:func:`radiance_kernels.ops.w4a8_gemm.triton.l2_prefetch_spec`). A hint: the outputs do not change; a backend that
+cannot prefetch raises rather than drop it.
 """
 
 from __future__ import annotations
@@ -30,9 +32,21 @@ from radiance_kernels.ops.registry import implementation, register_op
 from radiance_kernels.ops.rotate_quant import fake_outputs
 from radiance_kernels.ops.rotate_quant import reference as rq_ref
 from radiance_kernels.ops.stream import reference
+from radiance_kernels.ops.w4a8_gemm.reference import W4Prepared
 
 VERSION = 2
 RQ_VERSION = 3
+
+
+def _prefetch(wq, sz, wh, nbytes, defer):
+    """The launch's ``l2_prefetch`` = (the consumer's ``W4Prepared``, budget, defer) from the ops' arguments."""
+    if wq is None and sz is None and wh is None and not nbytes and not defer:
+        return None
+    if wq is None or sz is None or nbytes <= 0:
+        raise ValueError(f"l2_prefetch: the consumer's l2_prefetch_wq and l2_prefetch_sz (int5: and l2_prefetch_wh) "
+                         f"with l2_prefetch_bytes > 0; got wq {wq is not None}, sz {sz is not None}, {nbytes} bytes")
+    int5 = wh is not None and wh.numel() > 0  # int4's wh is [0, N] (or None)
+    return W4Prepared(wq, wh if int5 else wq, sz, 5 if int5 else 4), nbytes, defer
 
 
 def _launch(producer, a, b, weight, eps, rotation=None, elem=None, granularity=None, store_hs=True,
@@ -57,10 +71,10 @@ def _triton_add_rms_norm(x, residual, weight, eps, gemma):
 
 
 def _triton_add_rms_norm_rq(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity,
-                            l2_prefetch):
+                            *prefetch):
     reference.check_add_rms_norm(x, residual, weight)
     out = _launch(_norm_name(gemma), x, residual, weight, eps, (pairs, theta, channel_scales), elem, granularity,
-                  l2_prefetch=l2_prefetch)
+                  l2_prefetch=_prefetch(*prefetch))
     return out["hs"], out["residual"], out["A"], out["AS"], out["RS"]
 
 
@@ -69,19 +83,19 @@ def _triton_gated(kind, x, gate, weight, eps):
     return _launch(kind, x, gate, weight, eps)["hs"]
 
 
-def _triton_gated_rq(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, l2_prefetch):
+def _triton_gated_rq(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, *prefetch):
     reference.check_gated(kind, x, gate, weight)
     out = _launch(kind, x, gate, weight, eps, (pairs, theta, channel_scales), elem, granularity, store_hs=False,
-                  l2_prefetch=l2_prefetch)
+                  l2_prefetch=_prefetch(*prefetch))
     return out["A"], out["AS"], out["RS"]
 
 
 def _no_prefetch(fn):
     """The reference of a fused op: it has no L2 to prefetch into, and says so rather than drop the plan."""
     def ref(*args):
-        if args[-1] is not None:
-            raise ValueError(f"{fn.__name__}: the reference backend has no L2 prefetch; pass l2_prefetch=None")
-        return fn(*args[:-1])
+        if any(a is not None for a in args[-5:-2]):
+            raise ValueError(f"{fn.__name__}: the reference backend has no L2 prefetch; pass no l2_prefetch")
+        return fn(*args[:-5])
     return ref
 
 
@@ -113,14 +127,16 @@ def _(x, residual, weight, eps, gemma, backend):
 def add_rms_norm_rotate_quant(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool,
     pairs: torch.Tensor, theta: torch.Tensor, channel_scales: torch.Tensor, elem: str, granularity: str,
-    backend: str, l2_prefetch: torch.Tensor | None = None,
+    backend: str, l2_prefetch_wq: torch.Tensor | None = None, l2_prefetch_sz: torch.Tensor | None = None,
+    l2_prefetch_wh: torch.Tensor | None = None, l2_prefetch_bytes: int = 0, l2_prefetch_defer: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return implementation("add_rms_norm_rotate_quant", backend, x.device)(
-        x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, l2_prefetch)
+        x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, l2_prefetch_wq,
+        l2_prefetch_sz, l2_prefetch_wh, l2_prefetch_bytes, l2_prefetch_defer)
 
 
 @add_rms_norm_rotate_quant.register_fake
-def _(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, backend, l2_prefetch=None):
+def _(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, backend, *prefetch):
     return (_fake_act(x), _fake_act(x), *fake_outputs(x, pairs, elem, granularity))
 
 
@@ -140,12 +156,14 @@ def _(kind, x, gate, weight, eps, backend):
 def gated_rotate_quant(
     kind: str, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | None, eps: float,
     pairs: torch.Tensor, theta: torch.Tensor, channel_scales: torch.Tensor, elem: str, granularity: str,
-    backend: str, l2_prefetch: torch.Tensor | None = None,
+    backend: str, l2_prefetch_wq: torch.Tensor | None = None, l2_prefetch_sz: torch.Tensor | None = None,
+    l2_prefetch_wh: torch.Tensor | None = None, l2_prefetch_bytes: int = 0, l2_prefetch_defer: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return implementation("gated_rotate_quant", backend, x.device)(
-        kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, l2_prefetch)
+        kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, l2_prefetch_wq, l2_prefetch_sz,
+        l2_prefetch_wh, l2_prefetch_bytes, l2_prefetch_defer)
 
 
 @gated_rotate_quant.register_fake
-def _(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, backend, l2_prefetch=None):
+def _(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, backend, *prefetch):
     return fake_outputs(x, pairs, elem, granularity)

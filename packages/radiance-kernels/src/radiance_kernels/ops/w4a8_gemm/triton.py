@@ -34,6 +34,8 @@ Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90,
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -961,34 +963,34 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
     )
 
 
-def l2_prefetch_plan(M: int, w: W4Prepared, int8: bool, budget: int, defer: bool = False,
-                     chunk: int = 1 << 16) -> torch.Tensor:
+def l2_prefetch_spec(M: int, w: W4Prepared, int8: bool, budget: int, defer: bool = False):
     """What the decode GEMM of ``M`` tokens on ``w`` (:func:`gemm`, the decode band; ``defer``: its partials form)
-    reads first, for its producer to pull into the L2 (:func:`radiance_kernels.tl.pdl.prefetch_ranges`): the first
-    ``F`` groups of every split's K range — per group ``wq``'s 16 word rows, ``sz``'s row and (int5) ``wh``'s 16 byte
-    rows, all N columns: one contiguous run per split and tensor — with ``F`` the most groups within ``budget`` bytes,
-    at least 1 (the stage every program's ring waits for first). The split count is the launch's own (the tuned
-    table's pick for this M, shape and activation element). Returns int64 ``[2, R]``: start addresses, then sizes
-    of at most ``chunk`` bytes."""
+    streams first, for its producer to pull into the L2 (:func:`radiance_kernels.tl.pdl.prefetch_first_groups`):
+    the first ``F`` groups of each split's K range in every weight region — ``wq``'s 16 word rows, ``sz``'s row and
+    (int5) ``wh``'s 16 byte rows a group, all N columns: one contiguous run per split and region —, ``F`` the most
+    groups within ``budget`` bytes, at least 1 (the stage every program's ring waits for first). The split count is
+    the launch's own (the tuned table's pick for this M, shape and activation element). Returns ``(per, splits, F,
+    [(region, bytes a group), ...])``."""
     if M < 1 or M > DECODE_MAX_M:
-        raise ValueError(f"l2_prefetch_plan: a decode-band GEMM (1 <= M <= {DECODE_MAX_M}), got M={M}")
-    if budget <= 0 or chunk <= 0 or chunk % 16:
-        raise ValueError(f"l2_prefetch_plan: budget > 0 and chunk a positive multiple of 16, got {budget}, {chunk}")
-    K, N = w.wq.shape[0] * 8, w.sz.shape[1]
-    G = K // GROUP
-    entry = _table_entry(w.wq.device, "w4a8_gemm", "decode", M, N, K, int8, w.bits, defer)
-    cfg = config(M, N, K, "decode", triton_interpreted(), entry and DECODE[entry["config"]],
+        raise ValueError(f"l2_prefetch_spec: a decode-band GEMM (1 <= M <= {DECODE_MAX_M}), got M={M}")
+    if budget <= 0:
+        raise ValueError(f"l2_prefetch_spec: the budget is a positive byte count, got {budget}")
+    G, N = w.sz.shape
+    regions = [(t, t.shape[0] // G * N * t.element_size()) for t in (w.wq, w.sz, w.wh)[:3 if w.bits == 5 else 2]]
+    name = torch.cuda.get_device_name(w.wq.device) if w.wq.is_cuda else None
+    per, splits = _split_plan(name, M, N, G * GROUP, w.bits, int8, defer, triton_interpreted())
+    return per, splits, max(1, min(per, budget // (splits * sum(q for _, q in regions)))), regions
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_plan(device_name: str | None, M: int, N: int, K: int, bits: int, int8: bool, defer: bool,
+                interp: bool) -> tuple[int, int]:
+    """(groups per split, splits) of the decode launch :func:`gemm` makes on a GPU named ``device_name``."""
+    entry = None if device_name is None or interp else \
+        tuned.entry(device_name, "w4a8_gemm", "decode", M, N, K, "int8" if int8 else "e4m3", bits, defer)
+    cfg = config(M, N, K, "decode", interp, entry and DECODE[entry["config"]],
                  GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT)
-    tensors = (w.wq, w.sz) + ((w.wh,) if w.bits == 5 else ())
-    per_group = [t.shape[0] // G * t.shape[1] * t.element_size() for t in tensors]  # bytes of one group's rows
-    F = max(1, min(cfg["per"], budget // (cfg["splits"] * sum(per_group))))
-    starts, sizes = [], []
-    for t, nbytes in zip(tensors, per_group):
-        for g0 in range(0, G, cfg["per"]):
-            lo, hi = t.data_ptr() + g0 * nbytes, t.data_ptr() + min(g0 + F, G) * nbytes
-            starts += range(lo, hi, chunk)
-            sizes += [min(chunk, hi - a) for a in range(lo, hi, chunk)]
-    return torch.tensor([starts, sizes], dtype=torch.int64, device=w.wq.device)
+    return cfg["per"], cfg["splits"]
 
 
 def prefill_default(device, bits: int, int8: bool, K: int, M: int) -> str:
