@@ -15,8 +15,8 @@ import triton.language as tl
 from conftest import FULL_SHAPES, GPU, REL, compiled_for_sm90, gemm_error
 
 from radiance_kernels import shapes
-from radiance_kernels.formats import awq, e4m3
 from radiance_kernels.backends import triton_interpreted
+from radiance_kernels.formats import awq, e4m3
 from radiance_kernels.ops.arrivals import counters
 from radiance_kernels.ops.w4a8_gemm import prepare, prepare_codes, unprepare
 from radiance_kernels.tl.pdl import first_groups_chunk
@@ -262,14 +262,14 @@ def test_l2_prefetch_covers_each_splits_first_groups(bits, device):
         per, splits, f, regions = impl.l2_prefetch_spec(M, w, False, budget)
         assert (per, splits, f) == (cfg["per"], cfg["splits"], F)
         assert [(t.data_ptr(), q) for t, q in regions] == \
-            [(t.data_ptr(), q) for t, q in zip((w.wq, w.sz, w.wh), group_bytes)]
-        for t, q in regions:
+            [(t.data_ptr(), q) for t, q in zip((w.wq, w.sz, w.wh), group_bytes, strict=False)]
+        for _, q in regions:
             n = splits * -(-F * q // CH)
             out = torch.zeros(2, n, dtype=torch.int64, device=device)
             _chunks_kernel[(1,)](out, q, per, splits, F, G, n, CH=CH, NT=triton.next_power_of_2(n))
             starts, sizes = out.tolist()
-            assert all(a % 16 == 0 and b % 16 == 0 and b <= CH for a, b in zip(starts, sizes)), (q, out)
-            got = sorted(x for a, b in zip(starts, sizes) for x in range(a, a + max(b, 0)))
+            assert all(a % 16 == 0 and b % 16 == 0 and b <= CH for a, b in zip(starts, sizes, strict=True)), (q, out)
+            got = sorted(x for a, b in zip(starts, sizes, strict=True) for x in range(a, a + max(b, 0)))
             want = [b for g0 in range(0, G, per) for b in range(g0 * q, min(g0 + F, G) * q)]
             assert got == want, (budget, q)
     with pytest.raises(ValueError, match="decode-band"):

@@ -16,9 +16,9 @@ a split-K GEMM's fp32 partials [S, M, K] (``radiance::w4a8_gemm_partials``): the
 (the GEMM's own reduction, bit for bit) and the activations are bf16 (:mod:`.reference`). Version 2: the partials.
 
 ``l2_prefetch_*`` (the fused ops, version 3; triton backend where programmatic launch runs): the consumer W4A8 GEMM's
-weights ``l2_prefetch_wq``, ``_sz``, ``_wh`` (as ``radiance::w4a8_gemm`` takes them; int4's empty ``wh`` or None); the producer's programs
-pull ``l2_prefetch_bytes`` of what that GEMM (``l2_prefetch_defer``: its partials form) streams first into the L2
-before they wait for the launch before them — DRAM idles between two GEMMs' streams
+weights ``l2_prefetch_wq``, ``_sz``, ``_wh`` (as ``radiance::w4a8_gemm`` takes them; int4's empty ``wh`` or None);
+the producer's programs pull ``l2_prefetch_bytes`` of what that GEMM (``l2_prefetch_defer``: its partials form)
+streams first into the L2 before they wait for the launch before them — DRAM idles between two GEMMs' streams
 (:func:`radiance_kernels.ops.w4a8_gemm.triton.l2_prefetch_spec`). A hint: the outputs do not change; a backend that
 cannot prefetch raises rather than drop it.
 """
