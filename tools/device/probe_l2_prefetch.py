@@ -34,7 +34,7 @@ def stack_rows(M: int, bits: int):
                     want = runs[BUDGETS[0]]()
                     for mb, run in runs.items():
                         got = run()
-                        r[f"{mb:g}MB_same"] = all(torch.equal(g, w) for g, w in zip(got, want))
+                        r[f"{mb:g}MB_same"] = all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
                 for mb, run in runs.items():
                     t = graph_time([run], reps=5, min_calls=1)
                     r[f"{mb:g}MB_us"], r[f"{mb:g}MB_median_us"] = t.best_us, t.median_us
