@@ -128,7 +128,6 @@ def test_l2_prefetch_names_the_consumers_weights_and_form(vllm_config, monkeypat
     producers cannot prefetch (here: the reference backend on a CPU) installing raises, naming the knob."""
     from radiance_kernels.ops.w4a8_gemm import DECODE_MAX_M
     from radiance_kernels.ops.w4a8_gemm.reference import W4Prepared
-
     from radiance_vllm import knobs
 
     model = torch.nn.ModuleList([_decoder_layer() for _ in range(2)])
