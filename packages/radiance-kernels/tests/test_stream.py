@@ -140,7 +140,7 @@ for producer in (1, 3, 5):
     for early in (0, 1, 2):
         ce = dict(PRODUCER=producer, GEMMA=True, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=producer == 1,
                   NL=8, HW=True, BM=1, SCRATCH=True, NW=1, FOLD=40 if producer == 1 else 0, TSPLIT=0, WAIT=True,
-                  XA=2 if producer == 1 else 0, XB=0, EARLY=early)
+                  XA=2 if producer == 1 else 0, XB=0, EARLY=early, L2PF=0)
         sig = {n: "constexpr" if n in ce else types.get(n, "*fp32" if n.endswith("_ptr") else "i32")
                for n in k.arg_names}
         ptx = triton.compile(ASTSource(fn=k, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
