@@ -30,7 +30,6 @@ def prefetch_l2(ptrs):
                               is_pure=False, pack=1)
 
 
-
 @triton.jit
 def first_groups_chunk(e, q, per, splits, F, G, CH: tl.constexpr):
     """Chunk ``e`` of a weight region's first ``F`` groups of every split (``splits`` runs of ``per`` groups of ``q``
