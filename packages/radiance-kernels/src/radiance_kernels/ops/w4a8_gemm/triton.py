@@ -780,11 +780,17 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     return cfg
 
 
-def _table_entry(device, op: str, band: str, M: int, N: int, K: int, int8: bool, bits: int, defer: bool):
-    """The committed table's entry for this launch on ``device`` (None: no entry, or not a CUDA launch)."""
-    if triton_interpreted() or torch.device(device).type != "cuda":
+def _table_entry(device_name: str | None, op: str, band: str, M: int, N: int, K: int, int8: bool, bits: int,
+                 defer: bool):
+    """The committed table's entry for a launch on the GPU named ``device_name`` (None: no entry, or not a CUDA
+    launch)."""
+    if device_name is None or triton_interpreted():
         return None
-    return tuned.entry(torch.cuda.get_device_name(device), op, band, M, N, K, "int8" if int8 else "e4m3", bits, defer)
+    return tuned.entry(device_name, op, band, M, N, K, "int8" if int8 else "e4m3", bits, defer)
+
+
+def _gpu_name(device) -> str | None:
+    return torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else None
 
 
 def resolve_band(band: str, M: int, op: str) -> str:
@@ -830,7 +836,8 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
     if reduced and not defer:
         raise ValueError(f"{op}: reduced is a knob of the split partials form (defer)")
     if cfg is None:  # the GPU's committed A/B winner
-        entry = _table_entry(device, op, band, M, N, K, constexprs.get("INT8"), constexprs.get("BITS", 4), defer)
+        entry = _table_entry(_gpu_name(device), op, band, M, N, K, constexprs.get("INT8"), constexprs.get("BITS", 4),
+                             defer)
         cfg = None if entry is None else (DECODE if band == "decode" else PREFILL)[entry["config"]]
         if reduced is None:
             reduced = bool(defer and entry and entry.get("reduced"))
@@ -977,17 +984,16 @@ def l2_prefetch_spec(M: int, w: W4Prepared, int8: bool, budget: int, defer: bool
         raise ValueError(f"l2_prefetch_spec: the budget is a positive byte count, got {budget}")
     G, N = w.sz.shape
     regions = [(t, t.shape[0] // G * N * t.element_size()) for t in (w.wq, w.sz, w.wh)[:3 if w.bits == 5 else 2]]
-    name = torch.cuda.get_device_name(w.wq.device) if w.wq.is_cuda else None
-    per, splits = _split_plan(name, M, N, G * GROUP, w.bits, int8, defer, triton_interpreted())
+    per, splits = _split_plan(_gpu_name(w.wq.device), M, N, G * GROUP, w.bits, int8, defer, triton_interpreted())
     return per, splits, max(1, min(per, budget // (splits * sum(q for _, q in regions)))), regions
 
 
 @functools.lru_cache(maxsize=4096)
 def _split_plan(device_name: str | None, M: int, N: int, K: int, bits: int, int8: bool, defer: bool,
                 interp: bool) -> tuple[int, int]:
-    """(groups per split, splits) of the decode launch :func:`gemm` makes on a GPU named ``device_name``."""
-    entry = None if device_name is None or interp else \
-        tuned.entry(device_name, "w4a8_gemm", "decode", M, N, K, "int8" if int8 else "e4m3", bits, defer)
+    """(groups per split, splits) of the decode launch :func:`gemm` makes on a GPU named ``device_name`` (``interp``:
+    whether the interpreter runs it, part of the cache key)."""
+    entry = _table_entry(device_name, "w4a8_gemm", "decode", M, N, K, int8, bits, defer)
     cfg = config(M, N, K, "decode", interp, entry and DECODE[entry["config"]],
                  GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT)
     return cfg["per"], cfg["splits"]
