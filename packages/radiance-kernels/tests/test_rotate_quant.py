@@ -221,7 +221,7 @@ found = set()
 for cfg, early in ((st.DEFAULT, 0), ("bm1w1e", 1), ("bm1w1p", 2)):  # the group's constants after / before the wait
     consts = dict(PRODUCER=5, GEMMA=False, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=False, NL=8, HW=True,
                   BM=st.CONFIGS[cfg]["BM"], SCRATCH=False, NW=st.CONFIGS[cfg]["num_warps"], FOLD=0, TSPLIT=0, XA=2,
-                  XB=0, WAIT=True, EARLY=early, L2PF=0)
+                  XB=0, WAIT=True, EARLY=early)
     ptrs = dict(mate_ptr="*i32", cos_ptr="*fp32", sin_ptr="*fp32", cs_ptr="*fp16", q_ptr="*u8", as_ptr="*fp32",
                 rs_ptr="*fp32", scr_ptr="*fp32", part_ptr="*fp32", amax_ptr="*fp32", a_ptr="*fp32")  # a: partials
     sig = {n: "constexpr" if n in consts else ptrs.get(n, "*i16" if n.endswith("_ptr") else

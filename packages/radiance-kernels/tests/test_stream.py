@@ -140,7 +140,7 @@ for producer in (1, 3, 5):
     for early in (0, 1, 2):
         ce = dict(PRODUCER=producer, GEMMA=True, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=producer == 1,
                   NL=8, HW=True, BM=1, SCRATCH=True, NW=1, FOLD=40 if producer == 1 else 0, TSPLIT=0, WAIT=True,
-                  XA=2 if producer == 1 else 0, XB=0, EARLY=early, L2PF=0)
+                  XA=2 if producer == 1 else 0, XB=0, EARLY=early)
         sig = {n: "constexpr" if n in ce else types.get(n, "*fp32" if n.endswith("_ptr") else "i32")
                for n in k.arg_names}
         ptx = triton.compile(ASTSource(fn=k, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
@@ -168,43 +168,6 @@ def test_early_constants_compile_for_sm90():
         assert regs["ld_before"] + regs["ld_after"] == late["ld_after"], (regs, late)
         assert l2["ld_before"] == 0 and l2["prefetch_before"] == regs["ld_before"] and not l2["prefetch_after"], l2
         assert l2["ld_after"] == late["ld_after"], (l2, late)
-
-
-L2PF_SM90 = """
-import json
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from radiance_kernels.ops.stream.triton import _prologue_kernel, _ss_partials_kernel
-types = dict(a_ptr="*i16", b_ptr="*i16", w_ptr="*i16", hs_ptr="*i16", res_ptr="*i16", mate_ptr="*i32",
-             cs_ptr="*fp16", q_ptr="*u8", pf0="*i32", pf1="*i32", pf2="*u8", eps="fp32", inv_qmax="fp32")
-prologue = dict(PRODUCER=3, GEMMA=False, DT=2, QUANT=True, ELEM=0, TOKEN=False, STORE_HS=False, NL=8, HW=True, BM=1,
-                SCRATCH=True, NW=1, FOLD=0, TSPLIT=0, WAIT=True, XA=2, XB=2, EARLY=1)
-partials = dict(DT=2, BM=1, XA=2, XB=0, WAIT=True, TRIGGER=True, NT=32)
-out = []
-for k, ce in ((_prologue_kernel, prologue), (_ss_partials_kernel, partials)):
-    for l2pf in (0, 2, 3):
-        ce = dict(ce, L2PF=l2pf)
-        sig = {n: "constexpr" if n in ce else types.get(n, "*fp32" if n.endswith("_ptr") else "i32")
-               for n in k.arg_names}
-        ptx = triton.compile(ASTSource(fn=k, signature=sig, constexprs=ce), target=GPUTarget("cuda", 90, 32),
-                             options={"num_warps": 1, "enable_fp_fusion": False}).asm["ptx"]
-        head, wait, tail = ptx.partition("griddepcontrol.wait")
-        out.append(dict(kernel=k.fn.__name__, l2pf=l2pf, wait=bool(wait), before=head.count("cp.async.bulk.prefetch"),
-                        after=tail.count("cp.async.bulk.prefetch")))
-print(json.dumps(out))
-"""
-
-
-def test_l2_prefetch_compiles_before_the_wait_sm90():
-    """sm_90: with ``L2PF`` (2 or 3 weight regions) the first launch of a producer — the fused prologue, or the split
-    add+RMSNorm's partials launch — issues its consumer's bulk L2 prefetches (one loop per region) before its
-    programmatic wait, and none after it; without, none."""
-    rows = compiled_for_sm90(L2PF_SM90)
-    assert [(r["kernel"], r["l2pf"]) for r in rows] == [(k, f) for k in ("_prologue_kernel", "_ss_partials_kernel")
-                                                        for f in (0, 2, 3)]
-    for r in rows:
-        assert r["wait"] and r["after"] == 0 and r["before"] == r["l2pf"], r
 
 
 @pytest.mark.parametrize("name, dtype", [("silu_mul", torch.bfloat16), ("gated_rms_norm_k", torch.float16)])
@@ -313,43 +276,6 @@ def test_ops_dispatch_and_outputs(device):
         torch.ops.radiance.add_rms_norm(a, b, w.float(), EPS, False, "triton")
     with pytest.raises(ValueError, match="kind must be one of"):
         torch.ops.radiance.gated("gelu", a, b, None, 0.0, "reference")
-
-
-@pytest.mark.parametrize("name", ("add_rms_gemma", "silu_mul", "gated_rms_norm"))
-@pytest.mark.parametrize("bits", (4, 5))
-def test_l2_prefetch_same_bytes_or_refused(device, name, bits):
-    """Prefetching the consumer GEMM's first weight tiles changes no output byte where programmatic launch runs (the
-    split add+RMSNorm's partials launch issues it); elsewhere — the interpreter, the reference backend — asking for
-    it raises rather than drop it, and so do half-given prefetch arguments."""
-    from radiance_kernels.backends import programmatic_launch, programmatic_launch_on
-    from radiance_kernels.ops.w4a8_gemm import prepare_codes
-
-    M, K, P, N = 8, 384, 2, 512
-    a, b, w = inputs(name, M, K, torch.bfloat16, 21, device)
-    recs = random_rotations(P, K, seed=4, device=device)
-    gen = torch.Generator().manual_seed(3)
-    wt = prepare_codes(torch.randint(0, 2**bits, (K, N), generator=gen),
-                       torch.randint(0, 2**bits, (K // 128, N), generator=gen),
-                       torch.rand(K // 128, N, generator=gen).half() + 0.5, bits)
-    wt = type(wt)(*(t.to(device) for t in wt[:3]), bits)
-    kind = "add_rms_norm_rotate_quant" if name.startswith("add_rms") else "gated_rotate_quant"
-    args = (a, b, w, EPS, True) if kind == "add_rms_norm_rotate_quant" else (name, a, b, w, EPS)
-    op = getattr(torch.ops.radiance, kind)
-    prefetch = dict(l2_prefetch_wq=wt.wq, l2_prefetch_sz=wt.sz, l2_prefetch_wh=wt.wh, l2_prefetch_bytes=1 << 20,
-                    l2_prefetch_defer=True)
-    with programmatic_launch(True):
-        if programmatic_launch_on(device):
-            want = op(*args, *recs, "e4m3", "group", "triton")
-            got = op(*args, *recs, "e4m3", "group", "triton", **prefetch)
-            for g, x in zip(got, want, strict=True):
-                assert torch.equal(g.view(torch.uint8), x.view(torch.uint8))
-        else:
-            with pytest.raises(ValueError, match="runs where programmatic launch does"):
-                op(*args, *recs, "e4m3", "group", "triton", **prefetch)
-        with pytest.raises(ValueError, match="l2_prefetch_bytes > 0"):
-            op(*args, *recs, "e4m3", "group", "triton", l2_prefetch_wq=wt.wq, l2_prefetch_sz=wt.sz)
-    with pytest.raises(ValueError, match="reference backend has no L2 prefetch"):
-        op(*args, *recs, "e4m3", "group", "reference", **prefetch)
 
 
 def test_producers_follow_vllm_semantics():

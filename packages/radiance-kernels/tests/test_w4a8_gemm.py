@@ -10,16 +10,12 @@ import struct
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 from conftest import FULL_SHAPES, GPU, REL, compiled_for_sm90, gemm_error
 
 from radiance_kernels import shapes
-from radiance_kernels.backends import triton_interpreted
 from radiance_kernels.formats import awq, e4m3
 from radiance_kernels.ops.arrivals import counters
 from radiance_kernels.ops.w4a8_gemm import prepare, prepare_codes, unprepare
-from radiance_kernels.tl.pdl import first_groups_chunk
 
 GPU_CUDA = GPU and torch.version.cuda is not None
 SM90 = GPU_CUDA and torch.cuda.get_device_capability() == (9, 0)
@@ -234,48 +230,6 @@ def test_split_partials_out_bit_exact(name, splits, device):
         impl.gemm(A, AS, RS, w, bounds, False, "prefill", defer=True)
     with pytest.raises(ValueError, match="reduced is a knob of the split partials form"):
         impl.gemm(A, AS, RS, w, bounds, False, "decode", cfg=cfg, reduced=True)
-
-
-@triton.jit
-def _chunks_kernel(out_ptr, q, per, splits, F, G, n, CH: tl.constexpr, NT: tl.constexpr):
-    e = tl.arange(0, NT).to(tl.int64)
-    lo, size = first_groups_chunk(e, q, per, splits, F, G, CH)
-    tl.store(out_ptr + e, lo, mask=e < n)
-    tl.store(out_ptr + n + e, size, mask=e < n)
-
-
-@pytest.mark.parametrize("bits", [4, 5])
-def test_l2_prefetch_covers_each_splits_first_groups(bits, device):
-    """The prefetch (:func:`radiance_kernels.tl.pdl.prefetch_first_groups`, under the interpreter its chunk
-    arithmetic) names, for every split of the launch's own config, the first F groups' rows of wq, sz (int5: wh) —
-    nothing else, each byte once — in 16-byte aligned chunks of at most CH bytes; F is the most groups the budget
-    holds over all splits, at least one, at most a split's groups."""
-    from radiance_kernels.ops.w4a8_gemm import triton as impl
-
-    M, K, N, CH = 8, 1280, 256, 4096
-    w = prepare_codes(*weights(K, N, bits), bits)
-    G = K // 128
-    cfg = impl.config(M, N, K, "decode", triton_interpreted(), None,
-                      impl.GEMV_DEFAULT if impl.GEMV_MAX_M >= M else impl.DECODE_DEFAULT)
-    group_bytes = [64 * N, 4 * N] + [16 * N] * (bits == 5)
-    for budget, F in ((1, 1), (cfg["splits"] * sum(group_bytes) * 2, 2), (1 << 40, cfg["per"])):
-        per, splits, f, regions = impl.l2_prefetch_spec(M, w, False, budget)
-        assert (per, splits, f) == (cfg["per"], cfg["splits"], F)
-        assert [(t.data_ptr(), q) for t, q in regions] == \
-            [(t.data_ptr(), q) for t, q in zip((w.wq, w.sz, w.wh), group_bytes, strict=False)]
-        for _, q in regions:
-            n = splits * -(-F * q // CH)
-            out = torch.zeros(2, n, dtype=torch.int64, device=device)
-            _chunks_kernel[(1,)](out, q, per, splits, F, G, n, CH=CH, NT=triton.next_power_of_2(n))
-            starts, sizes = out.tolist()
-            assert all(a % 16 == 0 and b % 16 == 0 and b <= CH for a, b in zip(starts, sizes, strict=True)), (q, out)
-            got = sorted(x for a, b in zip(starts, sizes, strict=True) for x in range(a, a + max(b, 0)))
-            want = [b for g0 in range(0, G, per) for b in range(g0 * q, min(g0 + F, G) * q)]
-            assert got == want, (budget, q)
-    with pytest.raises(ValueError, match="decode-band"):
-        impl.l2_prefetch_spec(65, w, False, 1)
-    with pytest.raises(ValueError, match="positive byte count"):
-        impl.l2_prefetch_spec(M, w, False, 0)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

@@ -30,11 +30,11 @@ def test_unknown_knob_raises():
 def test_compile_key_covers_exactly_the_compiled_knobs():
     for k in KNOBS:
         raw = {"checkall_tol": "0.5", "checkall_chunk": "7", "nvfp4_exp": "ocp", "nvfp4_bf16_layers": "x",
-               "pq_decode_act": "int8", "l2_prefetch_mb": "8"}.get(k.field)
+               "pq_decode_act": "int8"}.get(k.field)
         if raw is None:
             flip = "0" if k.default else "1"  # a bool knob set to what it is not by default
             raw = flip if isinstance(k.default, bool) else next(v for v in k.parse.allowed if v != k.default)
-        needs = {"RADIANCE_STREAM": "1"} if k.field in ("stream_defer", "l2_prefetch_mb") else {}  # on the producers
+        needs = {"RADIANCE_STREAM": "1"} if k.field == "stream_defer" else {}  # it acts on the producers
         changed = Settings.from_env({**needs, k.env: raw}).compile_cache_key()
         assert (changed != Settings.from_env(needs).compile_cache_key()) == k.compiled, k.env
 
@@ -45,19 +45,6 @@ def test_stream_defer_needs_the_producers():
         Settings.from_env({"RADIANCE_STREAM_DEFER": "0"})
     assert not Settings.from_env({"RADIANCE_STREAM": "1", "RADIANCE_STREAM_DEFER": "0"}).stream_defer
     assert Settings.from_env({"RADIANCE_STREAM": "1"}).stream_defer
-
-
-def test_l2_prefetch_needs_the_producers_and_programmatic_launch():
-    """RADIANCE_L2_PREFETCH_MB is issued by the fused producers before their programmatic wait: without
-    RADIANCE_STREAM=1, or with RADIANCE_PDL=0, it would act on nothing and is refused by name; 0 is off."""
-    for env in ({"RADIANCE_L2_PREFETCH_MB": "8"}, {"RADIANCE_STREAM": "1", "RADIANCE_PDL": "0",
-                                                   "RADIANCE_L2_PREFETCH_MB": "8"}):
-        with pytest.raises(KnobError, match="RADIANCE_L2_PREFETCH_MB is issued by the fused producers"):
-            Settings.from_env(env)
-    assert Settings.from_env({"RADIANCE_STREAM": "1", "RADIANCE_L2_PREFETCH_MB": "2.5"}).l2_prefetch_mb == 2.5
-    assert Settings.from_env({"RADIANCE_L2_PREFETCH_MB": "0"}).l2_prefetch_mb == 0
-    with pytest.raises(KnobError, match="RADIANCE_L2_PREFETCH_MB='-1'"):
-        Settings.from_env({"RADIANCE_STREAM": "1", "RADIANCE_L2_PREFETCH_MB": "-1"})
 
 
 def test_decode_act_must_change_something():

@@ -122,34 +122,6 @@ def test_install_points_gemms_at_the_producers_that_read_them(row_tp, vllm_confi
     assert not any(hasattr(m, "radiance_defer_to") for m in plain.modules())
 
 
-def test_l2_prefetch_names_the_consumers_weights_and_form(vllm_config, monkeypatch):
-    """RADIANCE_L2_PREFETCH_MB: a producer's op call gets its consumer's W4A8 weights, the byte budget and whether
-    that GEMM leaves its split partials (the form whose splits it streams) — at decode only; at 0, nothing. Where the
-    producers cannot prefetch (here: the reference backend on a CPU) installing raises, naming the knob."""
-    from radiance_kernels.ops.w4a8_gemm import DECODE_MAX_M
-    from radiance_kernels.ops.w4a8_gemm.reference import W4Prepared
-    from radiance_vllm import knobs
-
-    model = torch.nn.ModuleList([_decoder_layer() for _ in range(2)])
-    stream.install(model, defer_gemms=True)
-    gate_up, qkv = model[0].mlp.gate_up_proj, model[0].self_attn.qkv_proj
-    for layer in (gate_up, qkv):
-        layer.w4a8 = W4Prepared(torch.zeros(16, 64, dtype=torch.int32), torch.zeros(0, 64, dtype=torch.uint8),
-                                torch.zeros(1, 64, dtype=torch.int32), 4)
-    x = torch.zeros(8, 128, dtype=torch.bfloat16)
-    assert stream._prefetch(gate_up, x) == {}
-    monkeypatch.setattr(knobs, "_SETTINGS", knobs.Settings.from_env({"RADIANCE_STREAM": "1",
-                                                                     "RADIANCE_L2_PREFETCH_MB": "1.5"}))
-    got = stream._prefetch(gate_up, x)
-    assert got.pop("l2_prefetch_wq") is gate_up.w4a8.wq and got.pop("l2_prefetch_sz") is gate_up.w4a8.sz
-    assert got.pop("l2_prefetch_wh") is gate_up.w4a8.wh
-    assert got == dict(l2_prefetch_bytes=3 << 19, l2_prefetch_defer=True)
-    assert not stream._prefetch(qkv, x)["l2_prefetch_defer"]  # qkv feeds the attention core: it reduces
-    assert stream._prefetch(gate_up, torch.zeros(DECODE_MAX_M + 1, 128, dtype=torch.bfloat16)) == {}
-    with pytest.raises(RuntimeError, match="RADIANCE_L2_PREFETCH_MB=1.5: .* not on the reference backend on cpu"):
-        stream.install(torch.nn.ModuleList([_decoder_layer()]))
-
-
 def test_gdn_hybrid_gets_the_producers_and_moe_layers_their_mixers(vllm_config):
     """[GDN, attention, GDN + MoE] with Gemma norms: the input norm feeds in_proj_qkvz (in_proj_ba, bf16, reads the
     same hidden states untouched), the gated RMSNorm feeds out_proj, out_proj defers to the post-attention norm, the

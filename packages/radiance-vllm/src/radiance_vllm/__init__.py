@@ -6,8 +6,8 @@
 """
 
 #: The kernel ops this package calls, with the exact versions it was written against.
-REQUIRED_OPS = {"rotate_quant": 1, "w4a8_gemm": 1, "mxfp4_gemm": 1, "add_rms_norm_rotate_quant": 3,
-                "gated": 2, "gated_rotate_quant": 3, "w4a8_gemm_partials": 1, "skinny_gemm": 2}
+REQUIRED_OPS = {"rotate_quant": 1, "w4a8_gemm": 1, "mxfp4_gemm": 1, "add_rms_norm_rotate_quant": 2,
+                "gated": 2, "gated_rotate_quant": 2, "w4a8_gemm_partials": 1, "skinny_gemm": 2}
 
 
 def check_kernels() -> None:

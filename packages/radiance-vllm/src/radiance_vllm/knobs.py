@@ -57,13 +57,6 @@ def _positive_float(raw: str) -> float:
     return value
 
 
-def _nonnegative_float(raw: str) -> float:
-    value = float(raw)
-    if not value >= 0 or value == float("inf"):
-        raise ValueError("expected a non-negative finite number")
-    return value
-
-
 def _names(raw: str) -> tuple[str, ...]:
     items = tuple(sorted({s.strip() for s in raw.split(",") if s.strip()}))
     if not all(s.replace("_", "").replace(".", "").isalnum() for s in items):
@@ -119,9 +112,6 @@ KNOBS: tuple[Knob, ...] = (
     Knob("pdl", _bool, True, False,
          "programmatic dependent launch where the GPU has it (CUDA sm_90+): each producer launch starts during the "
          "decode GEMM before it and waits for it; 0 launches every kernel plainly"),
-    Knob("l2_prefetch_mb", _nonnegative_float, 0.0, False,
-         "with RADIANCE_STREAM=1 at decode: each fused producer first pulls this many MB of its W4A8 GEMM's first "
-         "weight tiles into the L2 (needs programmatic launch: triton backend, CUDA sm_90+, RADIANCE_PDL=1); 0: none"),
 )
 _BY_ENV = {k.env: k for k in KNOBS}
 
@@ -145,7 +135,6 @@ class Settings:
     nvfp4_bf16_layers: tuple[str, ...] = ()
     nvfp4_exp: str = "mse"
     pdl: bool = True
-    l2_prefetch_mb: float = 0.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -165,9 +154,6 @@ class Settings:
                 raise KnobError(f"{knob.env}={raw!r}: {exc}") from None
         if "stream_defer" in values and not values.get("stream", False):
             raise KnobError("RADIANCE_STREAM_DEFER acts on the fused producers: it needs RADIANCE_STREAM=1")
-        if values.get("l2_prefetch_mb") and not (values.get("stream", False) and values.get("pdl", True)):
-            raise KnobError("RADIANCE_L2_PREFETCH_MB is issued by the fused producers before their programmatic wait: "
-                            "it needs RADIANCE_STREAM=1 and RADIANCE_PDL=1")
         if values.get("pq_decode_act") == values.get("pq_act", cls.pq_act):
             raise KnobError(f"RADIANCE_PQ_DECODE_ACT={values['pq_decode_act']} is RADIANCE_PQ_ACT's element: it would "
                             "change nothing (unset it, or name the other element)")

@@ -72,7 +72,8 @@ class ParoQuantLinearMethod(LinearMethodBase):
         A, AS, RS = handed or kernel_calls.rotate_quant(x2, layer.rot_pairs, layer.rot_theta, layer.rot_scales,
                                                         kernel_calls.act_element(x2.shape[0]), s.pq_scales, backend)
         producer = getattr(layer, "radiance_defer_to", None)
-        if stream.leaves_partials(layer, x2.shape[0], x.dtype, bias):  # the producer reading y sums the split partials
+        if producer is not None and bias is None and x.dtype == torch.bfloat16 and \
+                x2.shape[0] <= kernel_calls.PARTIALS_MAX_M:  # the producer reading y sums the split partials
             parts = kernel_calls.w4a8_gemm_partials(A, AS, RS, layer.w4a8, layer.rot_bounds_list, s.pq_zpe, backend)
             if s.checkall:
                 checkall.check_w4a8(layer, x2, A, AS, RS, kernel_calls.split_sum(parts))

@@ -110,15 +110,6 @@ def take_after(layer, x: torch.Tensor) -> torch.Tensor | None:
     return handed[1] if handed is not None and _same_tensor(handed[0], x) else None
 
 
-def leaves_partials(layer, rows: int, dtype: torch.dtype, bias) -> bool:
-    """Whether ``layer``'s W4A8 GEMM on ``rows`` tokens of ``dtype`` (with ``bias``) leaves its split partials to the
-    producer that reads its output (module doc)."""
-    from radiance_vllm.kernel_calls import PARTIALS_MAX_M
-
-    return getattr(layer, "radiance_defer_to", None) is not None and bias is None and dtype == torch.bfloat16 and \
-        rows <= PARTIALS_MAX_M
-
-
 def defer(producer, token: torch.Tensor, parts: torch.Tensor) -> None:
     """A GEMM hands its unreduced split partials to the producer that reads its output ``token``."""
     producer.deferred = (token, parts)
@@ -141,19 +132,6 @@ def _records(consumer):
     return consumer.rot_pairs, consumer.rot_theta, consumer.rot_scales
 
 
-def _prefetch(consumer, x: torch.Tensor) -> dict:
-    """The fused op's L2 prefetch of ``consumer``'s GEMM weights (``RADIANCE_L2_PREFETCH_MB``) for a producer call on
-    ``x`` (its rows and the model dtype): none past the decode band or with the knob at 0."""
-    from radiance_kernels.ops.w4a8_gemm import DECODE_MAX_M
-
-    mb = settings().l2_prefetch_mb
-    if not mb or x.shape[0] > DECODE_MAX_M:
-        return {}
-    w = consumer.w4a8
-    return dict(l2_prefetch_wq=w.wq, l2_prefetch_sz=w.sz, l2_prefetch_wh=w.wh, l2_prefetch_bytes=int(mb * 2**20),
-                l2_prefetch_defer=leaves_partials(consumer, x.shape[0], x.dtype, getattr(consumer, "bias", None)))
-
-
 class StreamRMSNorm(torch.nn.Module):
     """vLLM RMSNorm (optionally with the residual add) fused with the consumer's rotate + quant."""
 
@@ -169,7 +147,7 @@ class StreamRMSNorm(torch.nn.Module):
         x2 = take_partials(self, x2)
         hs, res, A, AS, RS = torch.ops.radiance.add_rms_norm_rotate_quant(
             x2, res, self.norm.weight.data, self.norm.variance_epsilon, self.gemma, *_records(self.consumer),
-            act_element(x2.shape[0]), s.pq_scales, kernel_backend(), **_prefetch(self.consumer, res))
+            act_element(x2.shape[0]), s.pq_scales, kernel_backend())
         _hand_over(self.consumer, hs, A, AS, RS)
         return hs if residual is None else (hs, res.reshape(shape))
 
@@ -188,8 +166,7 @@ class StreamSiluMul(torch.nn.Module):
         parts = take_partials(self, g)
         gate, up = parts[..., :d], parts[..., d:]
         A, AS, RS = torch.ops.radiance.gated_rotate_quant("silu_mul", up, gate, None, 0.0, *_records(self.consumer),
-                                                          act_element(g.shape[0]), s.pq_scales, kernel_backend(),
-                                                          **_prefetch(self.consumer, g))
+                                                          act_element(g.shape[0]), s.pq_scales, kernel_backend())
         token = gate_up.new_empty(g.shape[0], d)  # identity token only: down_proj reads (A, AS, RS)
         _hand_over(self.consumer, token, A, AS, RS)
         return token.reshape(*gate_up.shape[:-1], d)
@@ -208,8 +185,7 @@ class StreamGatedRMSNorm(torch.nn.Module):
         x2, z2 = x.reshape(x.shape[0], -1), z.reshape(z.shape[0], -1)
         A, AS, RS = torch.ops.radiance.gated_rotate_quant("gated_rms_norm", x2, z2, self.norm.weight.data,
                                                           self.norm.eps, *_records(self.consumer),
-                                                          act_element(x2.shape[0]), s.pq_scales, kernel_backend(),
-                                                          **_prefetch(self.consumer, x2))
+                                                          act_element(x2.shape[0]), s.pq_scales, kernel_backend())
         token = x.new_empty(x2.shape)  # identity token only: the output projection reads (A, AS, RS)
         _hand_over(self.consumer, token, A, AS, RS)
         return token.view(x.shape)
@@ -227,8 +203,7 @@ class StreamOutputGate(torch.nn.Module):
         s = settings()
         x2, g2 = x.reshape(-1, x.shape[-1]), gate.reshape(-1, gate.shape[-1])
         A, AS, RS = torch.ops.radiance.gated_rotate_quant("sigmoid_gate", x2, g2, None, 0.0, *_records(self.consumer),
-                                                          act_element(x2.shape[0]), s.pq_scales, kernel_backend(),
-                                                          **_prefetch(self.consumer, x2))
+                                                          act_element(x2.shape[0]), s.pq_scales, kernel_backend())
         token = x.new_empty(x2.shape)  # identity token only: o_proj reads (A, AS, RS)
         _hand_over(self.consumer, token, A, AS, RS)
         return token.view(x.shape)
@@ -397,22 +372,9 @@ def _defer_pairs(layer, plan: _Plan, next_norm) -> list[tuple[torch.nn.Module, t
     return pairs
 
 
-def _check_prefetch(model: torch.nn.Module) -> None:
-    """``RADIANCE_L2_PREFETCH_MB`` set where the producers cannot prefetch raises, naming it (never a silent no-op)."""
-    from radiance_kernels.backends import programmatic_launch_on
-
-    mb = settings().l2_prefetch_mb
-    device = next(model.parameters()).device if mb else None
-    if mb and (kernel_backend() != "triton" or not programmatic_launch_on(device)):
-        raise RuntimeError(f"RADIANCE_L2_PREFETCH_MB={mb:g}: the producers' L2 prefetch runs on the triton backend "
-                           f"where programmatic launch does (CUDA sm_90+, RADIANCE_PDL=1), not on the "
-                           f"{kernel_backend()} backend on {device}")
-
-
 def install(model: torch.nn.Module, defer_gemms: bool = False) -> int:
     """Install the producers on every matching decoder layer; returns the count (raises if none). ``defer_gemms``:
     also point each GEMM a producer reads at that producer (``radiance_defer_to``, module doc)."""
-    _check_prefetch(model)
     layers = [(module, _plan(name, module)) for name, module in model.named_modules()
               if hasattr(module, "input_layernorm") and hasattr(module, "post_attention_layernorm")]
     for module, plan in layers:
@@ -440,8 +402,7 @@ def install(model: torch.nn.Module, defer_gemms: bool = False) -> int:
         notes.append(f"{count['unknown']} attention output gates stay vLLM's (a forward this plugin does not mirror): "
                      "o_proj rotates its input")
     print(f"[radiance.stream] fused producers installed on {len(plans)} decoder layers ({'; '.join(notes)}); "
-          f"{deferred} GEMMs leave their split partials to them; L2 prefetch {settings().l2_prefetch_mb:g} MB a "
-          "producer", file=sys.stderr, flush=True)
+          f"{deferred} GEMMs leave their split partials to them", file=sys.stderr, flush=True)
     return len(plans)
 
 

@@ -74,22 +74,15 @@ def partials_config(wt, pre) -> dict | None:
 
 
 def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False, deferred_configs: bool = False,
-         overlap_skinny: bool = False, l2_prefetch_mb: float = 0):
+         overlap_skinny: bool = False):
     """One decode step over ``layers``: a callable returning the last layer's down output (bf16, or its split
     partials with ``defer``) and the residual stream. ``deferred_configs`` (without ``defer``): the GEMMs the
     deferred step defers reduce in the kernel on the configs it runs them on — its bits. ``overlap_skinny``:
-    in_proj_ba's skinny GEMM after in_proj_qkvz's (``after``: it multiplies beside that GEMM, as served).
-    ``l2_prefetch_mb``: each producer first pulls that many MB of its GEMM's first weight tiles into the L2
-    (:func:`radiance_kernels.ops.w4a8_gemm.triton.l2_prefetch_plan`; 0: none)."""
+    in_proj_ba's skinny GEMM after in_proj_qkvz's (``after``: it multiplies beside that GEMM, as served)."""
     ops = torch.ops.radiance
-    budget = int(l2_prefetch_mb * 2**20)
 
-    def rot(L, name):
-        """The fused producer's rotation arguments for ``name``'s GEMM, then (``budget``) its L2 prefetch."""
-        wt = L.w[name]
-        deferred = name not in ("qkv", "in_proj_qkvz") and (defer or deferred_configs)
-        return (wt.pairs, wt.theta, wt.cs, elem, "group", "triton",
-                *((wt.w.wq, wt.w.sz, wt.w.wh, budget, deferred) if budget else ()))
+    def rot(wt):
+        return wt.pairs, wt.theta, wt.cs, elem, "group", "triton"
 
     def gemm(wt, pre, deferrable):
         if deferrable and defer:
@@ -104,21 +97,19 @@ def step(layers: list[Layer], M: int, elem: str = "e4m3", defer: bool = False, d
     def run():
         x, res = x0, torch.zeros_like(x0)
         for L in layers:
-            first_name = "qkv" if L.attn else "in_proj_qkvz"
-            first = L.w[first_name]
-            hs, res, *pre = ops.add_rms_norm_rotate_quant(x, res, L.norms[0], EPS, True, *rot(L, first_name))
+            first = L.w["qkv" if L.attn else "in_proj_qkvz"]
+            hs, res, *pre = ops.add_rms_norm_rotate_quant(x, res, L.norms[0], EPS, True, *rot(first))
             y = gemm(first, pre, False)  # to the core
             if not L.attn:
                 ops.skinny_gemm(hs, L.ba, "triton", y if overlap_skinny else None)
-            out_name = "o_proj" if L.attn else "out_proj"
-            wo = L.w[out_name]
+            wo = L.w["o_proj" if L.attn else "out_proj"]
             kind, weight = ("sigmoid_gate", None) if L.attn else ("gated_rms_norm", L.gnorm)
-            o = gemm(wo, ops.gated_rotate_quant(kind, *L.core, weight, EPS, *rot(L, out_name)), True)
-            _, res, *pre = ops.add_rms_norm_rotate_quant(o, res, L.norms[1], EPS, True, *rot(L, "gate_up"))
+            o = gemm(wo, ops.gated_rotate_quant(kind, *L.core, weight, EPS, *rot(wo)), True)
+            _, res, *pre = ops.add_rms_norm_rotate_quant(o, res, L.norms[1], EPS, True, *rot(L.w["gate_up"]))
             gu = gemm(L.w["gate_up"], pre, True)
             d = gu.shape[-1] // 2
             x = gemm(L.w["down"], ops.gated_rotate_quant("silu_mul", gu[..., d:], gu[..., :d], None, EPS,
-                                                         *rot(L, "down")), True)
+                                                         *rot(L.w["down"])), True)
         return x, res
 
     return run

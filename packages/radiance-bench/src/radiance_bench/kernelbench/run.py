@@ -31,7 +31,7 @@ from radiance_bench.kernelbench.cases import (
     w4a8_linear,
 )
 from radiance_bench.kernelbench.timing import copies_needed, graph_time
-from radiance_kernels.backends import programmatic_launch, programmatic_launch_on
+from radiance_kernels.backends import programmatic_launch
 from radiance_kernels.shapes import projections
 
 DECODE_M = (1, 8, 16)
@@ -186,10 +186,6 @@ def producer(results: list, ceil: dict, M: int = 8192, K: int = 5120) -> None:
                     frac_copy=tbps / ceil["copy_TBps"])
 
 
-#: the producers' L2 prefetch budgets (MB) the stack section times (:func:`stack_of`)
-STACK_L2_PREFETCH_MB = (8,)
-
-
 def stack(results: list, ceil: dict, M: int = 8, bits: tuple[int, ...] = (4,)) -> None:
     """:func:`stack_of` for each weight width in ``bits``."""
     for b in bits:
@@ -208,8 +204,7 @@ def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
     "chained ... deferred" with the GEMMs our producers read leaving their split partials to them, on the table's
     picks for that form (``same_as_reduced``: the same bits as the reduced chain on those configs), and "... deferred
     skinny-overlap" the same with in_proj_ba's skinny GEMM in its ``overlap`` form (multiplying beside the GEMM ahead
-    of it, writing after it), "... l2pf-<MB>MB" that with each producer first pulling <MB> of its GEMM's first weight
-    tiles into the L2 (:data:`STACK_L2_PREFETCH_MB`)."""
+    of it, writing after it)."""
     served, served8, rot_gemm, gemm_only, bf16, total, total_bf16 = [], [], [], [], [], 0, 0
     for proj in projections(1):
         for layer in range(proj.count):
@@ -250,9 +245,6 @@ def stack_of(results: list, ceil: dict, M: int, bits: int) -> None:
         steps = {"": chain.step(layers, M, elem), " deferred": chain.step(layers, M, elem, True),
                  " deferred skinny-overlap": chain.step(layers, M, elem, True, overlap_skinny=True)}
         with programmatic_launch(True):
-            if programmatic_launch_on("cuda"):  # the prefetch is issued before the producers' programmatic wait
-                steps |= {f" deferred skinny-overlap l2pf-{mb:g}MB": chain.step(
-                    layers, M, elem, True, overlap_skinny=True, l2_prefetch_mb=mb) for mb in STACK_L2_PREFETCH_MB}
             same = chain.same_outputs(chain.step(layers, M, elem, deferred_configs=True)(), steps[" deferred"]())
             for form, run in steps.items():
                 t = graph_time([run], reps=5, min_calls=1)

@@ -4,23 +4,16 @@ plain producer → ``rotate_quant``).
 
 - ``add_rms_norm(x, residual, weight, eps, gemma, backend) -> (hs, residual')``
 - ``add_rms_norm_rotate_quant(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem,
-  granularity, backend, l2_prefetch_*) -> (hs, residual', A, AS, RS)``
+  granularity, backend) -> (hs, residual', A, AS, RS)``
 - ``gated(kind, x, gate, weight?, eps, backend) -> out`` with kind ``silu_mul`` | ``sigmoid_gate`` |
   ``gated_rms_norm``
 - ``gated_rotate_quant(kind, x, gate, weight?, eps, pairs, theta, channel_scales, elem, granularity,
-  backend, l2_prefetch_*) -> (A, AS, RS)``
+  backend) -> (A, AS, RS)``
 
 Activations [M, K] bf16/fp16/fp32 (rows may be strided, channels contiguous), weights 1-D in the
 activation dtype; records and outputs as in :mod:`radiance_kernels.ops.rotate_quant`. ``x`` and ``gate`` may each be
 a split-K GEMM's fp32 partials [S, M, K] (``radiance::w4a8_gemm_partials``): the kernels sum them as they load them
 (the GEMM's own reduction, bit for bit) and the activations are bf16 (:mod:`.reference`). Version 2: the partials.
-
-``l2_prefetch_*`` (the fused ops, version 3; triton backend where programmatic launch runs): the consumer W4A8 GEMM's
-weights ``l2_prefetch_wq``, ``_sz``, ``_wh`` (as ``radiance::w4a8_gemm`` takes them; int4's empty ``wh`` or None);
-the producer's programs pull ``l2_prefetch_bytes`` of what that GEMM (``l2_prefetch_defer``: its partials form)
-streams first into the L2 before they wait for the launch before them — DRAM idles between two GEMMs' streams
-(:func:`radiance_kernels.ops.w4a8_gemm.triton.l2_prefetch_spec`). A hint: the outputs do not change; a backend that
-cannot prefetch raises rather than drop it.
 """
 
 from __future__ import annotations
@@ -32,32 +25,18 @@ from radiance_kernels.ops.registry import implementation, register_op
 from radiance_kernels.ops.rotate_quant import fake_outputs
 from radiance_kernels.ops.rotate_quant import reference as rq_ref
 from radiance_kernels.ops.stream import reference
-from radiance_kernels.ops.w4a8_gemm.reference import W4Prepared
 
 VERSION = 2
-RQ_VERSION = 3
 
 
-def _prefetch(wq, sz, wh, nbytes, defer):
-    """The launch's ``l2_prefetch`` = (the consumer's ``W4Prepared``, budget, defer) from the ops' arguments."""
-    if wq is None and sz is None and wh is None and not nbytes and not defer:
-        return None
-    if wq is None or sz is None or nbytes <= 0:
-        raise ValueError(f"l2_prefetch: the consumer's l2_prefetch_wq and l2_prefetch_sz (int5: and l2_prefetch_wh) "
-                         f"with l2_prefetch_bytes > 0; got wq {wq is not None}, sz {sz is not None}, {nbytes} bytes")
-    int5 = wh is not None and wh.numel() > 0  # int4's wh is [0, N] (or None)
-    return W4Prepared(wq, wh if int5 else wq, sz, 5 if int5 else 4), nbytes, defer
-
-
-def _launch(producer, a, b, weight, eps, rotation=None, elem=None, granularity=None, store_hs=True,
-            l2_prefetch=None):
+def _launch(producer, a, b, weight, eps, rotation=None, elem=None, granularity=None, store_hs=True):
     from radiance_kernels.ops.stream import triton as impl
 
     if rotation is not None:
         rq_ref.check_records(*rotation, a.shape[-1])
         rq_ref.check_quant(elem, granularity)
     return impl.launch(producer, a, b, weight, eps, rotation, elem, granularity, store_hs=store_hs,
-                       hw=not triton_interpreted(), l2_prefetch=l2_prefetch)
+                       hw=not triton_interpreted())
 
 
 def _norm_name(gemma: bool) -> str:
@@ -70,11 +49,9 @@ def _triton_add_rms_norm(x, residual, weight, eps, gemma):
     return out["hs"], out["residual"]
 
 
-def _triton_add_rms_norm_rq(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity,
-                            *prefetch):
+def _triton_add_rms_norm_rq(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity):
     reference.check_add_rms_norm(x, residual, weight)
-    out = _launch(_norm_name(gemma), x, residual, weight, eps, (pairs, theta, channel_scales), elem, granularity,
-                  l2_prefetch=_prefetch(*prefetch))
+    out = _launch(_norm_name(gemma), x, residual, weight, eps, (pairs, theta, channel_scales), elem, granularity)
     return out["hs"], out["residual"], out["A"], out["AS"], out["RS"]
 
 
@@ -83,28 +60,17 @@ def _triton_gated(kind, x, gate, weight, eps):
     return _launch(kind, x, gate, weight, eps)["hs"]
 
 
-def _triton_gated_rq(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, *prefetch):
+def _triton_gated_rq(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity):
     reference.check_gated(kind, x, gate, weight)
-    out = _launch(kind, x, gate, weight, eps, (pairs, theta, channel_scales), elem, granularity, store_hs=False,
-                  l2_prefetch=_prefetch(*prefetch))
+    out = _launch(kind, x, gate, weight, eps, (pairs, theta, channel_scales), elem, granularity, store_hs=False)
     return out["A"], out["AS"], out["RS"]
 
 
-def _no_prefetch(fn):
-    """The reference of a fused op: it has no L2 to prefetch into, and says so rather than drop the plan."""
-    def ref(*args):
-        if any(a is not None for a in args[-5:-2]):
-            raise ValueError(f"{fn.__name__}: the reference backend has no L2 prefetch; pass no l2_prefetch")
-        return fn(*args[:-5])
-    return ref
-
-
 register_op("add_rms_norm", VERSION, reference=reference.add_rms_norm, triton=_triton_add_rms_norm)
-register_op("add_rms_norm_rotate_quant", RQ_VERSION, reference=_no_prefetch(reference.add_rms_norm_rotate_quant),
+register_op("add_rms_norm_rotate_quant", VERSION, reference=reference.add_rms_norm_rotate_quant,
             triton=_triton_add_rms_norm_rq)
 register_op("gated", VERSION, reference=reference.gated, triton=_triton_gated)
-register_op("gated_rotate_quant", RQ_VERSION, reference=_no_prefetch(reference.gated_rotate_quant),
-            triton=_triton_gated_rq)
+register_op("gated_rotate_quant", VERSION, reference=reference.gated_rotate_quant, triton=_triton_gated_rq)
 
 
 @torch.library.custom_op("radiance::add_rms_norm", mutates_args=())
@@ -127,16 +93,14 @@ def _(x, residual, weight, eps, gemma, backend):
 def add_rms_norm_rotate_quant(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool,
     pairs: torch.Tensor, theta: torch.Tensor, channel_scales: torch.Tensor, elem: str, granularity: str,
-    backend: str, l2_prefetch_wq: torch.Tensor | None = None, l2_prefetch_sz: torch.Tensor | None = None,
-    l2_prefetch_wh: torch.Tensor | None = None, l2_prefetch_bytes: int = 0, l2_prefetch_defer: bool = False,
+    backend: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return implementation("add_rms_norm_rotate_quant", backend, x.device)(
-        x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, l2_prefetch_wq,
-        l2_prefetch_sz, l2_prefetch_wh, l2_prefetch_bytes, l2_prefetch_defer)
+        x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity)
 
 
 @add_rms_norm_rotate_quant.register_fake
-def _(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, backend, *prefetch):
+def _(x, residual, weight, eps, gemma, pairs, theta, channel_scales, elem, granularity, backend):
     return (_fake_act(x), _fake_act(x), *fake_outputs(x, pairs, elem, granularity))
 
 
@@ -156,14 +120,12 @@ def _(kind, x, gate, weight, eps, backend):
 def gated_rotate_quant(
     kind: str, x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor | None, eps: float,
     pairs: torch.Tensor, theta: torch.Tensor, channel_scales: torch.Tensor, elem: str, granularity: str,
-    backend: str, l2_prefetch_wq: torch.Tensor | None = None, l2_prefetch_sz: torch.Tensor | None = None,
-    l2_prefetch_wh: torch.Tensor | None = None, l2_prefetch_bytes: int = 0, l2_prefetch_defer: bool = False,
+    backend: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return implementation("gated_rotate_quant", backend, x.device)(
-        kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, l2_prefetch_wq, l2_prefetch_sz,
-        l2_prefetch_wh, l2_prefetch_bytes, l2_prefetch_defer)
+        kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity)
 
 
 @gated_rotate_quant.register_fake
-def _(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, backend, *prefetch):
+def _(kind, x, gate, weight, eps, pairs, theta, channel_scales, elem, granularity, backend):
     return fake_outputs(x, pairs, elem, granularity)

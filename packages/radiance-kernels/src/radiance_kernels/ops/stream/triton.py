@@ -50,7 +50,7 @@ from radiance_kernels.ops.rotate_quant.triton import (
     store_dt,
 )
 from radiance_kernels.ops.stream import reference as ref
-from radiance_kernels.tl.pdl import prefetch_first_groups, prefetch_l2, programmatic_start
+from radiance_kernels.tl.pdl import prefetch_l2, programmatic_start
 
 PRODUCERS = {"none": 0, "add_rms": 1, "add_rms_gemma": 1, "silu_mul": 3, "sigmoid_gate": 4, "gated_rms_norm": 5}
 _DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -202,17 +202,11 @@ def _group_ss(a_ptr, b_ptr, stride_a, stride_b, rows, rmask, cols, g, DT: tl.con
 
 
 @triton.jit
-def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, sxa, sxb, part_ptr, pf0, pf1, pf2, pfq0, pfq1, pfq2,
-                        pf_per, pf_splits, pf_f, pf_g, M, G, DT: tl.constexpr, BM: tl.constexpr, XA: tl.constexpr,
-                        XB: tl.constexpr, WAIT: tl.constexpr, TRIGGER: tl.constexpr, L2PF: tl.constexpr = 0,
-                        NT: tl.constexpr = 32):
+def _ss_partials_kernel(a_ptr, b_ptr, stride_a, stride_b, sxa, sxb, part_ptr, M, G, DT: tl.constexpr,
+                        BM: tl.constexpr, XA: tl.constexpr, XB: tl.constexpr, WAIT: tl.constexpr,
+                        TRIGGER: tl.constexpr):
     """Split add+RMSNorm, first launch: part[m, g] = the group-g term of row m (fp32 [M, G]); one program
-    per (BM-row block, group). TRIGGER: the main launch may start at once (it waits for this grid). L2PF: first
-    prefetch the consumer GEMM's first weight tiles (``pf*``, :func:`prefetch_first_groups`)."""
-    if L2PF:
-        prefetch_first_groups(pf0, pf1, pf2, pfq0, pfq1, pfq2, pf_per, pf_splits, pf_f, pf_g,
-                              tl.program_id(1) * tl.num_programs(0) + tl.program_id(0),
-                              tl.num_programs(0) * tl.num_programs(1), L2PF, NT)
+    per (BM-row block, group). TRIGGER: the main launch may start at once (it waits for this grid)."""
     programmatic_start(WAIT, TRIGGER)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < M
@@ -279,18 +273,14 @@ def _produce(a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, 
 @triton.jit
 def _prologue_kernel(
     a_ptr, b_ptr, w_ptr, stride_a, stride_b, sxa, sxb, w_gstride, eps, hs_ptr, res_ptr,
-    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, part_ptr, amax_ptr,
-    pf0, pf1, pf2, pfq0, pfq1, pfq2, pf_per, pf_splits, pf_f, pf_g, inv_qmax, M, K, G, GPP, row0, scr_rows,
+    mate_ptr, cos_ptr, sin_ptr, cs_ptr, q_ptr, as_ptr, rs_ptr, scr_ptr, part_ptr, amax_ptr, inv_qmax,
+    M, K, G, GPP, row0, scr_rows,
     PRODUCER: tl.constexpr, GEMMA: tl.constexpr, DT: tl.constexpr, QUANT: tl.constexpr, ELEM: tl.constexpr,
     TOKEN: tl.constexpr, STORE_HS: tl.constexpr, NL: tl.constexpr, HW: tl.constexpr, BM: tl.constexpr,
     SCRATCH: tl.constexpr, NW: tl.constexpr, FOLD: tl.constexpr, TSPLIT: tl.constexpr, WAIT: tl.constexpr,
-    XA: tl.constexpr = 0, XB: tl.constexpr = 0, EARLY: tl.constexpr = 0, L2PF: tl.constexpr = 0,
+    XA: tl.constexpr = 0, XB: tl.constexpr = 0, EARLY: tl.constexpr = 0,
 ):
     p = tl.program_id(0)
-    if L2PF:  # the consumer GEMM's first weight tiles, to the L2 while the launch before this one runs
-        prefetch_first_groups(pf0, pf1, pf2, pfq0, pfq1, pfq2, pf_per, pf_splits, pf_f, pf_g,
-                              (p * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2),
-                              tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2), L2PF, 32 * NW)
     cols = tl.arange(0, 128)
     g0 = tl.program_id(2) * GPP
     # one group per program (GPP = 1, per-group or plain): its weight and Givens tables are constants, read while
@@ -411,8 +401,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight: torch.Tensor | None = None,
            eps: float = 0.0, rotation=None, elem: str | None = None, granularity: str | None = None,
            store_hs: bool = False, hw: bool = False, out: dict[str, torch.Tensor] | None = None,
-           cfg: str | None = None, split: bool | None = None,
-           l2_prefetch: tuple | None = None) -> dict[str, torch.Tensor]:
+           cfg: str | None = None, split: bool | None = None) -> dict[str, torch.Tensor]:
     """Run the prologue kernel; returns the outputs by name: ``hs`` (and ``residual`` for the norms) when ``store_hs``,
     ``A``/``AS``/``RS`` when ``rotation`` = (pairs [P,krot,K], theta, channel_scales) is given. ``out`` may hold
     preallocated buffers by the same names (tests poison them). Argument checks are the callers' (the op wrappers);
@@ -420,11 +409,7 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     a scratch config): fold the sum of squares / the row amax from per-group partials written in parallel instead of
     walking the row (None: split while the row-wide grid has fewer than :data:`SPLIT_PROGRAMS` programs); asked of any
     other launch it raises. ``a`` / ``b`` may each be fp32 split partials ``[S, M, K]`` (:func:`ref.activation`): the
-    kernel sums them as it loads them, and the activation dtype is bf16. ``l2_prefetch`` = (the consumer GEMM's
-    ``W4Prepared`` weights, a byte budget, whether it runs as split partials): the first launch's programs pull what
-    that GEMM streams first into the L2 before their programmatic wait
-    (:func:`radiance_kernels.ops.w4a8_gemm.triton.l2_prefetch_spec`); where programmatic launch does not run it
-    raises."""
+    kernel sums them as it loads them, and the activation dtype is bf16."""
     cfg = default_config(a.shape[-2]) if cfg is None else cfg
     if cfg not in CONFIGS:
         raise ValueError(f"prologue cfg {cfg!r} is not one of {sorted(CONFIGS)}")
@@ -466,10 +451,6 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     if M == 0:
         return out
     pdl = programmatic_launch_on(dev)
-    if l2_prefetch is not None and not pdl:
-        raise ValueError("prologue l2_prefetch: the L2 prefetch (cp.async.bulk.prefetch) runs where programmatic "
-                         f"launch does (NVIDIA sm_90+), not on {dev}")
-    pf, l2pf = _prefetch_args(l2_prefetch, M, elem == "int8", cos)
     if split is None:
         split = (kind == 1 or scratch) and P * triton.cdiv(M, bm) < SPLIT_PROGRAMS
     fold = split and kind == 1
@@ -481,10 +462,8 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
     if fold:
         part = torch.empty((M, G), dtype=torch.float32, device=dev)
         _ss_partials_kernel[(triton.cdiv(M, bm), G)](
-            _bits(a), _bits(b), a.stride(-2), b.stride(-2), sxa, sxb, part, *pf, M, G, DT=_DT[dt], BM=bm, XA=xa,
-            XB=xb, WAIT=pdl, TRIGGER=pdl, L2PF=l2pf, NT=32 * num_warps, num_warps=num_warps, enable_fp_fusion=False,
-            launch_pdl=pdl)
-        l2pf = 0  # prefetched by the first launch
+            _bits(a), _bits(b), a.stride(-2), b.stride(-2), sxa, sxb, part, M, G, DT=_DT[dt], BM=bm, XA=xa, XB=xb,
+            WAIT=pdl, TRIGGER=pdl, num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl)
     chunk = M
     if scratch:  # equal chunks of whole row blocks, each within the cap
         cap = max(bm, SCRATCH_BYTES // (P * K * 4) // bm * bm)
@@ -500,26 +479,11 @@ def launch(producer: str, a: torch.Tensor, b: torch.Tensor | None = None, weight
             _bits(out["hs"]) if store_hs else dummy, _bits(out["residual"]) if "residual" in out else dummy,
             mate, cos, sin, cs,
             out["A"] if quant else dummy, out["AS"] if quant else cos, out["RS"] if quant else cos, scr, part, amax,
-            *pf, inv_qmax,
+            inv_qmax,
             M, K, G, GPP, row0, scr.shape[1] if scratch else 0,
             PRODUCER=kind, GEMMA=producer == "add_rms_gemma", DT=_DT[dt], QUANT=quant,
             ELEM=int(elem == "int8"), TOKEN=token, STORE_HS=store_hs, NL=NL, HW=hw, BM=bm, SCRATCH=scratch,
-            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, XA=xa, XB=xb, EARLY=early, L2PF=l2pf,
-            num_warps=num_warps, enable_fp_fusion=False, launch_pdl=pdl,
+            NW=num_warps, FOLD=G if fold else 0, TSPLIT=phase, WAIT=pdl, XA=xa, XB=xb, EARLY=early, num_warps=num_warps,
+            enable_fp_fusion=False, launch_pdl=pdl,
         )
-        l2pf = 0  # prefetched by the first launch
     return out
-
-
-def _prefetch_args(l2_prefetch: tuple | None, M: int, int8: bool, never_read: torch.Tensor) -> tuple[tuple, int]:
-    """The kernels' ``pf*`` arguments and ``L2PF`` (the regions to prefetch: 0 none, 2 int4, 3 int5) for
-    ``l2_prefetch`` = (the consumer's ``W4Prepared``, budget bytes, defer)."""
-    if l2_prefetch is None:
-        return (never_read,) * 3 + (0,) * 7, 0
-    from radiance_kernels.ops.w4a8_gemm.triton import l2_prefetch_spec
-
-    w, budget, defer = l2_prefetch
-    per, splits, groups, regions = l2_prefetch_spec(M, w, int8, budget, defer)
-    tensors = [t for t, _ in regions] + [regions[0][0]] * (3 - len(regions))
-    sizes = [q for _, q in regions] + [0] * (3 - len(regions))
-    return (*tensors, *sizes, per, splits, groups, w.sz.shape[0]), len(regions)

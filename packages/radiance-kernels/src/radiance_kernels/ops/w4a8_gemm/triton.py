@@ -34,8 +34,6 @@ Registers / spills per config: ``tools/device/sm90_report.py`` (ptxas for sm_90,
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -780,19 +778,6 @@ def config(M: int, N: int, K: int, band: str, interp: bool, override: dict | Non
     return cfg
 
 
-def _table_entry(device_name: str | None, op: str, band: str, M: int, N: int, K: int, int8: bool, bits: int,
-                 defer: bool):
-    """The committed table's entry for a launch on the GPU named ``device_name`` (None: no entry, or not a CUDA
-    launch)."""
-    if device_name is None or triton_interpreted():
-        return None
-    return tuned.entry(device_name, op, band, M, N, K, "int8" if int8 else "e4m3", bits, defer)
-
-
-def _gpu_name(device) -> str | None:
-    return torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else None
-
-
 def resolve_band(band: str, M: int, op: str) -> str:
     if band == "auto":
         return "decode" if M <= DECODE_MAX_M else "prefill"
@@ -835,9 +820,10 @@ def launch(kernel, M: int, N: int, K: int, bounds: list[int], band: str, out: to
         raise ValueError(f"{op}: split partials out (defer) is a decode-band form, got band {band!r}")
     if reduced and not defer:
         raise ValueError(f"{op}: reduced is a knob of the split partials form (defer)")
-    if cfg is None:  # the GPU's committed A/B winner
-        entry = _table_entry(_gpu_name(device), op, band, M, N, K, constexprs.get("INT8"), constexprs.get("BITS", 4),
-                             defer)
+    if cfg is None and not interp and torch.device(device).type == "cuda":  # the GPU's committed A/B winner
+        act = "int8" if constexprs.get("INT8") else "e4m3"
+        entry = tuned.entry(torch.cuda.get_device_name(device), op, band, M, N, K, act, constexprs.get("BITS", 4),
+                            defer)
         cfg = None if entry is None else (DECODE if band == "decode" else PREFILL)[entry["config"]]
         if reduced is None:
             reduced = bool(defer and entry and entry.get("reduced"))
@@ -968,35 +954,6 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
         BITS=w.bits, INT8=int8, GROUP_AS=grouped, ZPE=zpe, BG=16,
         ZPE_PREC="tf32x3" if torch.version.cuda and A.is_cuda else "ieee",
     )
-
-
-def l2_prefetch_spec(M: int, w: W4Prepared, int8: bool, budget: int, defer: bool = False):
-    """What the decode GEMM of ``M`` tokens on ``w`` (:func:`gemm`, the decode band; ``defer``: its partials form)
-    streams first, for its producer to pull into the L2 (:func:`radiance_kernels.tl.pdl.prefetch_first_groups`):
-    the first ``F`` groups of each split's K range in every weight region — ``wq``'s 16 word rows, ``sz``'s row and
-    (int5) ``wh``'s 16 byte rows a group, all N columns: one contiguous run per split and region —, ``F`` the most
-    groups within ``budget`` bytes, at least 1 (the stage every program's ring waits for first). The split count is
-    the launch's own (the tuned table's pick for this M, shape and activation element). Returns ``(per, splits, F,
-    [(region, bytes a group), ...])``."""
-    if M < 1 or M > DECODE_MAX_M:
-        raise ValueError(f"l2_prefetch_spec: a decode-band GEMM (1 <= M <= {DECODE_MAX_M}), got M={M}")
-    if budget <= 0:
-        raise ValueError(f"l2_prefetch_spec: the budget is a positive byte count, got {budget}")
-    G, N = w.sz.shape
-    regions = [(t, t.shape[0] // G * N * t.element_size()) for t in (w.wq, w.sz, w.wh)[:3 if w.bits == 5 else 2]]
-    per, splits = _split_plan(_gpu_name(w.wq.device), M, N, G * GROUP, w.bits, int8, defer, triton_interpreted())
-    return per, splits, max(1, min(per, budget // (splits * sum(q for _, q in regions)))), regions
-
-
-@functools.lru_cache(maxsize=4096)
-def _split_plan(device_name: str | None, M: int, N: int, K: int, bits: int, int8: bool, defer: bool,
-                interp: bool) -> tuple[int, int]:
-    """(groups per split, splits) of the decode launch :func:`gemm` makes on a GPU named ``device_name`` (``interp``:
-    whether the interpreter runs it, part of the cache key)."""
-    entry = _table_entry(device_name, "w4a8_gemm", "decode", M, N, K, int8, bits, defer)
-    cfg = config(M, N, K, "decode", interp, entry and DECODE[entry["config"]],
-                 GEMV_DEFAULT if GEMV_MAX_M >= M else DECODE_DEFAULT)
-    return cfg["per"], cfg["splits"]
 
 
 def prefill_default(device, bits: int, int8: bool, K: int, M: int) -> str:
