@@ -178,3 +178,14 @@ def test_decode_pair_rows(monkeypatch):
     assert got == [down("e4m3", "nib8xpr", False), down("e4m3", "nib8xpr", True), down("e4m3", "mma2t2s", True),
                    down("int8", "gemv_o16", False), down("int8", "gemv_o16", True), down("int8", "mma8t2s", True)]
     assert len(rows) == 18 and all("error" not in r and r["rel_vs_reduced"] == 0.0 for r in rows)
+
+
+def test_prefill_shapes_cover_every_served_gemm_shape():
+    """The prefill table can key every (N, K) a W4A8 GEMM serves at TP = 1: the A/B times one projection of each
+    (in_proj_ba's N = 96 is the skinny GEMM's, not the W4A8 GEMM's)."""
+    from radiance_bench.kernelbench import variants
+    from radiance_kernels.shapes import projections
+
+    served = {(p.N, p.K) for p in projections(1) if p.name != "gdn.in_proj_ba"}
+    timed = [(p.N, p.K) for p in projections(1) if p.name in variants.PREFILL_SHAPES]
+    assert sorted(timed) == sorted(served)

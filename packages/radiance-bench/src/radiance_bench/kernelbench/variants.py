@@ -34,7 +34,8 @@ DECODE_M = (1, 8, 16)
 ABLATE_CONFIGS = {**dict.fromkeys(("nib8x", "nib8xpr", "swap"), ("nodot", "noload")), "mma8n64p": ("nofold",),
                   **dict.fromkeys(("mma8n64t2", "mma2t2"), ("nodot", "nofold", "ring"))}
 INT8_MMA = "nib8xpr"  # the tensor-core loop (int8 as exact fp16) the int8 gemv configs are timed against
-PREFILL_SHAPES = ("attn.qkv", "mlp.gate_up", "mlp.down")
+#: every (N, K) the prefill table keys: gdn.out_proj shares o_proj's, in_proj_ba is the skinny GEMM's
+PREFILL_SHAPES = ("attn.qkv", "attn.o_proj", "mlp.gate_up", "mlp.down", "gdn.in_proj_qkvz")
 #: (act label, element, granularity, zpe); ``kernelbench.tune`` keys its table by the element
 PREFILL_ACTS = (("e4m3 group", "e4m3", "group", False), ("int8 group ZPE", "int8", "group", True))
 #: the configs also timed with int5 weights (before and after predeq, and the Gluon Hopper kernel)
