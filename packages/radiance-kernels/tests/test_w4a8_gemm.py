@@ -1119,8 +1119,8 @@ def test_wgmma_ws_walks_tiles(bits, elem, grouped, K):
 
 
 def test_prefill_default_by_element_and_rows(monkeypatch):
-    """Where the library path does not run and the Gluon kernel does: int8 activations above ``WS_MIN_M`` rows take
-    the warp-specialised form, fewer rows and int5 e4m3 the 64-row tiles (H200 calls 53, 136)."""
+    """Where the library path does not run and the Gluon kernel does: above ``WS_MIN_M`` rows the warp-specialised
+    form (int8 activations, and int5 with e4m3), fewer rows the 64-row tiles (H200 calls 53, 136, 155; H100 198)."""
     from radiance_kernels.ops.w4a8_gemm import triton as impl
     from radiance_kernels.ops.w4a8_gemm import wgmma
 
@@ -1130,7 +1130,8 @@ def test_prefill_default_by_element_and_rows(monkeypatch):
     assert impl.prefill_default("cuda", 4, True, 5120, impl.WS_MIN_M + 1) == "wgmmaws"
     assert impl.prefill_default("cuda", 5, True, 5120, 8192) == "wgmmaws"
     assert impl.prefill_default("cuda", 4, True, 5120, impl.WS_MIN_M) == "wgmmam64"
-    assert impl.prefill_default("cuda", 5, False, 5120, 8192) == "wgmmam64"
+    assert impl.prefill_default("cuda", 5, False, 5120, 8192) == "wgmmaws"
+    assert impl.prefill_default("cuda", 5, False, 5120, impl.WS_MIN_M) == "wgmmam64"
     monkeypatch.setattr(wgmma, "unsupported", lambda *a: "no wgmma")
     assert impl.prefill_default("cuda", 5, True, 5120, 8192) == impl.PREFILL_DEFAULT
 

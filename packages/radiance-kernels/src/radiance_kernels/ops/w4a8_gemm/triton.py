@@ -649,13 +649,13 @@ PREFILL_DEFAULT = "deq"  # H200 call 13: 2.3-2.5x k64 at M=2048 (403-450 TF/s), 
 #: 462; M = 8192 997-1011 / 466-483; at M = 128 it wins down and gate_up, not qkv (the tuned table says per shape).
 BLOCKWISE_DEFAULT = "blockwise"
 #: The prefill default where :mod:`.blockwise` does not run but :mod:`.wgmma` does (int8 activations, int5 weights on
-#: sm_90, K a multiple of 256), by activation element. H200 call 136 (served, TF/s incl. the per-call unpack, M = 2048
-#: and 8192 on qkv / gate_up / down): int8 per-group ZPE wgmmaws / wgmmam64 619 / 579 on qkv, 630 / 595 on gate_up,
-#: 682 / 591 on gate_up at 8192 — the ws form wins all 12 rows, int4 and int5; int5 e4m3 per-group wgmmam64 / wgmmaws
-#: 522 / 507 on qkv, 533 / 507 on gate_up — wgmmam64 wins 5 of 6. The ws form serves int8 above ``WS_MIN_M`` (as the
-#: tuned table's M = 2048 entries serve M > 128: call 53's M = 128 rows, wgmmam64's, are the largest measured below).
+#: sm_90, K a multiple of 256): its warp-specialised form above ``WS_MIN_M`` rows, the 64-row tiles at or below.
+#: Served, TF/s incl. the per-call unpack: H200 call 136, int8 per-group ZPE at M = 2048 and 8192, wgmmaws / wgmmam64
+#: 619 / 579 on qkv, 630 / 595 on gate_up, 682 / 591 on gate_up at 8192 (all 12 rows, int4 and int5); int5 e4m3
+#: per-group, µs as ws / m64: H200 call 155 0.87-0.94 at M = 2048 and 8192 (every row), H100 call 198 0.86-0.93 (every
+#: row of five shapes); at M = 128 the 64-row tiles win 6 of the 8 rows (ws / m64 0.97-1.21).
 WGMMA_DEFAULT = "wgmmam64"
-WGMMA_INT8_DEFAULT, WS_MIN_M = "wgmmaws", 128
+WGMMA_WS_DEFAULT, WS_MIN_M = "wgmmaws", 128
 _KEYS = {"BM", "BN", "KS", "GROUP_M", "splits", "num_warps", "num_stages", "occ", "reduce", "rw", "dot16", "nib8",
          "swap", "ablate", "maxnreg", "apre", "gemv", "mma2", "pf", "k8", "predeq", "blockwise", "wgmma", "ring", "ws",
          "wg"}
@@ -958,15 +958,15 @@ def gemm(A, AS, RS, w: W4Prepared, bounds: list[int], zpe: bool, band: str = "au
 
 def prefill_default(device, bits: int, int8: bool, K: int, M: int) -> str:
     """The prefill band's named config where the tuned table has no entry: the library's block-scaled GEMM where it
-    runs, else the Gluon Hopper kernel where it runs (int8 activations above ``WS_MIN_M`` rows: its warp-specialised
-    form), else the portable Triton loop."""
+    runs, else the Gluon Hopper kernel where it runs (above ``WS_MIN_M`` rows its warp-specialised form), else the
+    portable Triton loop."""
     if not blockwise.unsupported(device, bits, int8):
         return BLOCKWISE_DEFAULT
     if torch.device(device).type == "cuda" and not triton_interpreted():
         from radiance_kernels.ops.w4a8_gemm import wgmma  # Gluon: imported where it can run
 
         if not wgmma.unsupported(device, K):
-            return WGMMA_INT8_DEFAULT if int8 and M > WS_MIN_M else WGMMA_DEFAULT
+            return WGMMA_WS_DEFAULT if M > WS_MIN_M else WGMMA_DEFAULT
     return PREFILL_DEFAULT
 
 
