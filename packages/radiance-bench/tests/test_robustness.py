@@ -26,7 +26,7 @@ def fake():
     srv.stop()
 
 
-def _post(url, mode_server, **kw):
+def _post(url, **kw):
     async def go():
         async with Client(url, "fake", backoff=0.01, **kw) as c:
             out = await c.post("/v1/completions", {"prompt": "x"})
@@ -36,7 +36,7 @@ def _post(url, mode_server, **kw):
 
 
 def test_ok_and_stream(fake):
-    out, stats = _post(fake.url, fake)
+    out, stats = _post(fake.url)
     assert out.ok and out.text.endswith("#### 7") and stats["errors"] == {}
 
     async def go():
@@ -50,7 +50,7 @@ def test_ok_and_stream(fake):
 
 def test_5xx_retried_then_counted(fake):
     fake.mode = "500"
-    out, stats = _post(fake.url, fake, retries=2)
+    out, stats = _post(fake.url, retries=2)
     assert not out.ok and out.error == "http_500" and out.attempts == 3
     assert stats == stats | {"requests": 1, "retries": 2, "errors": {"http_500": 1}}
     assert fake.hits == 3
@@ -58,20 +58,20 @@ def test_5xx_retried_then_counted(fake):
 
 def test_4xx_not_retried(fake):
     fake.mode = "400"
-    out, stats = _post(fake.url, fake, retries=3)
+    out, stats = _post(fake.url, retries=3)
     assert out.error == "http_400" and fake.hits == 1 and stats["retries"] == 0
 
 
 def test_flaky_recovers(fake):
     fake.mode = "flaky"
-    out, stats = _post(fake.url, fake, retries=1)
+    out, stats = _post(fake.url, retries=1)
     assert out.ok and stats["retries"] == 1 and stats["errors"] == {}
 
 
 def test_timeout_bounded(fake):
     fake.mode = "hang"
     t0 = time.monotonic()
-    out, stats = _post(fake.url, fake, timeout=0.5, retries=1)
+    out, stats = _post(fake.url, timeout=0.5, retries=1)
     assert out.error == "timeout" and out.attempts == 2
     assert time.monotonic() - t0 < 5
 
