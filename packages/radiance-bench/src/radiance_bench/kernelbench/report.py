@@ -6,10 +6,6 @@ import json
 import sys
 
 
-def _f(x, nd=2):
-    return "-" if x is None else f"{x:.{nd}f}"
-
-
 def table(run: dict) -> str:
     c = run["ceilings"]
     m = run["meta"]
