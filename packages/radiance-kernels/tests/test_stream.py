@@ -317,7 +317,7 @@ class _Block(torch.nn.Module):
             x, residual, self.w, EPS, True, *self.recs, "e4m3", "group", self.backend)
         A2, AS2, _ = torch.ops.radiance.rotate_quant(hs, *self.recs, "int8", "token", self.backend)
         _, AS3, RS3 = torch.ops.radiance.gated_rotate_quant("silu_mul", hs, x, None, 0.0, *self.recs,
-                                                             "e4m3", "token", self.backend)
+                                                            "e4m3", "token", self.backend)
         return (residual, A.float().sum() + AS.sum() + RS.sum(), A2.float() * AS2[..., None], RS3 + AS3[..., None],
                 torch.ops.radiance.gated("sigmoid_gate", hs, x, None, 0.0, self.backend))
 
